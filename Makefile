@@ -1,0 +1,49 @@
+# Two commands a newcomer needs: `make demo` and `make test`. Every target
+# installs what it needs, idempotently, and is quick when that is done.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: deps venv images controlplane test test-prologue test-python demo cluster-up cluster-down e2e bench clean
+
+deps:
+	sh scripts/install-host-packages.sh
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+venv: deps $(STAMP)
+
+images: venv
+	bash scripts/build-images.sh
+
+controlplane: deps
+	bash tests/controlplane/build.sh
+
+test: venv images controlplane
+	bash scripts/run-tests.sh
+
+test-prologue: venv images
+	bash scripts/run-tests.sh prologue
+
+test-python: venv images controlplane
+	bash scripts/run-tests.sh python
+
+demo: venv images
+	bash scripts/demo.sh
+
+cluster-up: venv controlplane
+	$(PY) -m tests.controlplane.harness up
+
+cluster-down: venv
+	$(PY) -m tests.controlplane.harness down
+
+bench: venv images
+	bash bench/prologue
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,24 @@
+#!/bin/sh
+# Installs the Debian packages the tests and the demo need; does nothing when
+# they are all present. Run as root on Debian 12 (bookworm).
+set -eu
+PACKAGES="
+  dash bash busybox-static posh mksh yash ksh zsh
+  bats-assert bats-support
+  strace time hyperfine
+  podman runc uidmap
+  debootstrap musl-tools dpkg-dev build-essential
+  git ca-certificates openssl
+"
+missing=
+for p in $PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+done
+# Go comes with the machine (Debian's golang-go is too old for Kubernetes 1.3x).
+command -v go >/dev/null || { echo "install-host-packages: no go on PATH; Go >= 1.24 is required" >&2; exit 1; }
+[ -z "$missing" ] && exit 0
+echo "installing:$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086 # the list is meant to split into words
+apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -1,0 +1,1 @@
+../../prologue/prologue.sh
