@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every test suite; `make test` calls this after installing what they need.
+# Usage: scripts/run-tests.sh [prologue|python]   (default: all)
+# A missing shell, image or binary fails the run; nothing is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH"
+what=${1:-all}
+failed=0
+
+# The podman Docker-compatible service, for code that speaks the Docker API.
+# shellcheck source=scripts/podman-service.sh
+. scripts/podman-service.sh
+
+if [[ $what == all || $what == prologue ]]; then
+  bash tests/prologue/run-shells.sh || failed=1
+  bash tests/images/run.sh || failed=1
+fi
+if [[ $what == all || $what == python ]]; then
+  pytest -p no:cacheprovider tests || failed=1
+fi
+exit $failed

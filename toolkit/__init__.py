@@ -1,0 +1,8 @@
+"""dispatch toolkit: execution identity for Kubeflow TrainJobs.
+
+Layers, lowest first (a module imports only from layers below it):
+  names, identity, detect, request, wrap, render, runtime_check   pure logic
+  kube                                                            the one module that owns the kubernetes client
+  adapter, controller                                             operations and the long-running controller
+  cli                                                             click shell: parse, call, print
+"""

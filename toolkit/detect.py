@@ -1,0 +1,90 @@
+"""Reset detection rules (DESIGN.md §7), as pure functions.
+
+Both the controller and the sidecar verifier decide with these, so the two
+can never disagree on what a violation is or how it is worded. Nothing here
+does I/O or imports anything heavier than the standard library: the sidecar
+runs in every pod and pays for every import.
+
+A rule returns None when the object is fine, or a Violation whose `detail`
+is the cause text kept in the foreign annotation and the Event message.
+Detection reports; it never decides to stop anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+# "0", or 1 to 6 digits without a leading zero: the prologue's own rule.
+_COUNT = re.compile(r"0|[1-9][0-9]{0,5}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    rule: str  # a short stable key: missing-admission, below-floor, ...
+    detail: str  # the human cause text
+
+
+def parse_count(value: str | None) -> int | None:
+    """A or J as the prologue would accept it, else None."""
+    if value is None or not _COUNT.fullmatch(value):
+        return None
+    return int(value)
+
+
+def jobset_uid(*, recorded: str | None, seen: str) -> Violation | None:
+    """A JobSet whose UID differs from the recorded one may have restarted J."""
+    if not recorded or recorded == seen:
+        return None
+    return Violation(
+        "jobset-uid",
+        f"JobSet UID {seen} is not the recorded {recorded}: J may have been reset",
+    )
+
+
+def pod(
+    *,
+    pod_name: str,
+    admission: str | None,
+    restart: str | None,
+    floor: int | None,
+) -> Violation | None:
+    """Check one pod's admission annotation and restart label against the floor.
+
+    `admission` is None when the pod has no admission annotation, `restart`
+    None when it has no restart label; `floor` None when the TrainJob has no
+    floor yet (nothing was ever raised, so no pod can be legitimately running).
+    """
+    if admission is None:
+        return Violation(
+            "missing-admission",
+            f"pod {pod_name} has no annotation dispatch.phpboyscout.uk/admission: "
+            "it was not created from our runtime patch",
+        )
+    a = parse_count(admission)
+    if a is None:
+        return Violation(
+            "invalid-admission",
+            f"pod {pod_name} has admission {admission!r}, "
+            "not 0 or a decimal of at most 6 digits without a leading zero",
+        )
+    if restart is not None and parse_count(restart) is None:
+        return Violation(
+            "invalid-restart",
+            f"pod {pod_name} has restart-attempt {restart!r}, "
+            "not 0 or a decimal of at most 6 digits without a leading zero",
+        )
+    if floor is not None and a < floor:
+        return Violation(
+            "below-floor",
+            f"pod {pod_name} has admission {a}, below the floor {floor}: A may have been lowered",
+        )
+    return None
+
+
+def parse_floor(value: str | None) -> int | None:
+    """The TrainJob's floor annotation; a malformed one reads as absent
+    (the raise then starts from the patch, and a later raise rewrites it)."""
+    if value is None:
+        return None
+    return parse_count(value)
