@@ -1,0 +1,103 @@
+"""The raise as pure logic (toolkit.raising): max(patch, floor) + 1 into
+both places, never lower, never on a running TrainJob, never mutating the
+object read."""
+
+import copy
+
+import hypothesis
+import hypothesis.strategies as st
+import pytest
+
+from toolkit import names, raising
+
+
+def trainjob(*, patch: str | None = "0", floor: str | None = None, suspend: bool = True, other: bool = False) -> dict:
+    tj: dict = {"metadata": {"name": "tj", "namespace": "ns", "annotations": {}}, "spec": {"suspend": suspend}}
+    patches = []
+    if other:
+        patches.append({"manager": "someone-else", "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"x": "y"}}}}})
+    if patch is not None:
+        entry = raising.patch_entry(0)
+        ann = entry["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["annotations"]
+        ann[names.ADMISSION_ANNOTATION] = patch
+        patches.append(entry)
+    tj["spec"]["runtimePatches"] = patches
+    if floor is not None:
+        tj["metadata"]["annotations"][names.FLOOR_ANNOTATION] = floor
+    return tj
+
+
+def test_first_raise_from_zero_gives_one_in_patch_and_floor():
+    new, a = raising.raised(trainjob())
+    assert a == 1
+    assert raising.patch_admission(new) == 1
+    assert new["metadata"]["annotations"][names.FLOOR_ANNOTATION] == "1"
+
+
+@pytest.mark.parametrize(
+    ("patch", "floor", "expected"),
+    [
+        ("3", "3", 4),
+        ("1", "7", 8),  # patch rewritten lower: the floor wins
+        (None, "5", 6),  # patch deleted: the floor wins, the entry is rebuilt
+        ("9", "2", 10),  # floor rewritten lower: the patch wins
+        ("007", "4", 5),  # unreadable patch reads as absent
+        ("2", "x", 3),  # malformed floor reads as absent
+        (None, None, 1),
+    ],
+)
+def test_raise_is_max_of_patch_and_floor_plus_one(patch, floor, expected):
+    new, a = raising.raised(trainjob(patch=patch, floor=floor))
+    assert a == expected
+    assert raising.counts(new) == raising.Counts(patch=expected, floor=expected)
+
+
+def test_running_trainjob_is_refused():
+    with pytest.raises(raising.RaiseRefused, match="spec.suspend is false"):
+        raising.raised(trainjob(suspend=False))
+
+
+def test_unsuspend_is_in_the_same_object():
+    new, a = raising.raised(trainjob(patch="2", floor="2"), unsuspend=True)
+    assert new["spec"]["suspend"] is False and a == 3
+
+
+def test_the_bound_of_a_is_refused():
+    with pytest.raises(raising.RaiseRefused, match="above the bound 999999"):
+        raising.raised(trainjob(patch="999999", floor="999999"))
+
+
+def test_other_managers_entries_and_the_input_are_untouched():
+    tj = trainjob(other=True, floor="1", patch="1")
+    before = copy.deepcopy(tj)
+    new, _ = raising.raised(tj, record=("k", "v"))
+    assert tj == before
+    assert new["spec"]["runtimePatches"][0] == before["spec"]["runtimePatches"][0]
+    assert new["metadata"]["annotations"]["k"] == "v"
+
+
+@hypothesis.given(
+    st.lists(
+        st.one_of(
+            st.just(("raise",)),
+            st.tuples(st.just("rewrite"), st.integers(0, 50)),
+            st.just(("delete",)),
+            st.tuples(st.just("floor"), st.integers(0, 50)),
+        ),
+        max_size=40,
+    )
+)
+def test_a_written_by_raises_strictly_increases_whatever_is_rewritten_between(ops):
+    tj = trainjob()
+    written = []
+    for op in ops:
+        if op[0] == "raise":
+            tj, a = raising.raised(tj)
+            written.append(a)
+        elif op[0] == "rewrite":
+            tj = trainjob(patch=str(op[1]), floor=tj["metadata"]["annotations"].get(names.FLOOR_ANNOTATION))
+        elif op[0] == "delete":
+            tj["spec"]["runtimePatches"] = []
+        # someone lowering the floor AND the patch together defeats detection
+        # by design (DESIGN.md §7's trust boundary); lowering one is covered.
+    assert written == sorted(set(written))

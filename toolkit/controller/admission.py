@@ -1,0 +1,185 @@
+"""The Kueue admission check (DESIGN.md §6, Kueue mode).
+
+Kueue reserves quota for a Workload, then waits for every AdmissionCheck of
+its ClusterQueue to be Ready before it admits and unsuspends the job. Ours
+is the moment A is raised: the TrainJob is still suspended, so Trainer's
+webhook allows the runtime-patch change, and no pod of the coming execution
+exists yet.
+
+For a Workload owned by one of our TrainJobs, with QuotaReserved true and
+our check Pending:
+    1. raise A on the TrainJob (`adapter.raise_admission`), writing in the
+       SAME update the marker `raised-for = <workload uid>/<workload rv>`,
+       where rv is the Workload resourceVersion that showed the reservation;
+    2. set our check Ready ("A raised to N"), as a status update
+       preconditioned on that same rv.
+
+The invariant: Ready is only ever written on a Workload version W such that
+the TrainJob already carries raised-for = W (step 2 needs W unchanged, and
+step 1 landed W's marker together with the raise). Every eviction or
+re-admission changes the Workload's resourceVersion, so a new admission can
+never be approved on an old raise.
+
+Crash between 1 and 2: the next pass reads the Workload; if it is still W,
+the marker matches and step 1 writes nothing (no double raise) before step
+2. If it changed meanwhile (Kueue touched it), the marker does not match and
+A is raised again: R grows by two instead of one, which is still monotonic.
+A 409 on step 2 is the same case. So R always increases across admissions.
+
+The check's Active condition is kept true on every AdmissionCheck whose
+spec.controllerName is ours; only those checks' states are touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+from typing import Any
+
+from toolkit import adapter, kube, names
+
+Obj = dict[str, Any]
+
+CONTROLLER_NAME = f"{names.DOMAIN}/admission-check"
+log = logging.getLogger(__name__)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition_true(obj: Obj, kind: str) -> bool:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond.get("status") == "True"
+    return False
+
+
+def owner_trainjob(workload: Obj) -> str | None:
+    """The name of the TrainJob that owns the Workload, if any."""
+    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "TrainJob" and str(ref.get("apiVersion", "")).startswith(f"{names.TRAINER_GROUP}/"):
+            return str(ref.get("name"))
+    return None
+
+
+def check_state(workload: Obj, check: str) -> str | None:
+    for entry in (workload.get("status") or {}).get("admissionChecks") or []:
+        if entry.get("name") == check:
+            return str(entry.get("state"))
+    return None
+
+
+def pending_checks(workload: Obj, ours: set[str]) -> list[str]:
+    """Our checks that this Workload waits on now: QuotaReserved true and
+    the check Pending. Empty when there is nothing to do."""
+    if not condition_true(workload, "QuotaReserved"):
+        return []
+    return sorted(c for c in ours if check_state(workload, c) == "Pending")
+
+
+def marker(workload: Obj) -> str:
+    meta = workload["metadata"]
+    return f"{meta['uid']}/{meta['resourceVersion']}"
+
+
+def with_check_ready(workload: Obj, *, checks: list[str], admission: int) -> Obj:
+    """The Workload with our checks set Ready; pure (copies the status list)."""
+    out = dict(workload)
+    status = dict(out.get("status") or {})
+    entries = []
+    for entry in status.get("admissionChecks") or []:
+        entry = dict(entry)
+        if entry.get("name") in checks:
+            entry["state"] = "Ready"
+            entry["message"] = f"A raised to {admission}"
+            entry["lastTransitionTime"] = _now()
+        entries.append(entry)
+    status["admissionChecks"] = entries
+    out["status"] = status
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    action: str  # "ready", "skipped", "refused", "stale"
+    admission: int | None = None
+    conflicts: int = 0
+    raised: bool = False
+
+
+def reconcile_workload(
+    client: kube.Client,
+    *,
+    namespace: str,
+    name: str,
+    ours: set[str],
+    on_conflict: Any = None,
+) -> Outcome:
+    """One pass over one Workload, from a fresh read (never the cache: a
+    stale Pending must not cause a raise for an admission already approved)."""
+    try:
+        workload = client.get(kube.WORKLOAD, name=name, namespace=namespace)
+    except kube.NotFound:
+        return Outcome("skipped")
+    trainjob = owner_trainjob(workload)
+    checks = pending_checks(workload, ours)
+    if trainjob is None or not checks:
+        return Outcome("skipped")
+    mark = marker(workload)
+
+    def already(tj: Obj) -> int | None:
+        annotations = (tj.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(adapter.RAISED_FOR_ANNOTATION) == mark:
+            from toolkit import raising
+
+            return raising.counts(tj).current
+        return None
+
+    try:
+        raised = adapter.raise_admission(
+            client,
+            namespace=namespace,
+            name=trainjob,
+            record=(adapter.RAISED_FOR_ANNOTATION, mark),
+            skip_if=already,
+            on_conflict=on_conflict,
+        )
+    except adapter.AdapterError as exc:
+        # Not suspended (or gone): never approve without the raise.
+        log.warning("not raised, check left Pending: %s", exc, extra={"workload": f"{namespace}/{name}"})
+        return Outcome("refused")
+    try:
+        client.replace(kube.WORKLOAD, with_check_ready(workload, checks=checks, admission=raised.admission), subresource="status")
+    except (kube.Conflict, kube.NotFound):
+        # The Workload moved on; the next pass decides from a fresh read.
+        return Outcome("stale", raised.admission, raised.conflicts, raised.written)
+    return Outcome("ready", raised.admission, raised.conflicts, raised.written)
+
+
+def ensure_active(client: kube.Client, check: Obj) -> bool:
+    """Set the AdmissionCheck's Active condition true if it is not; True
+    when written. Preconditioned on the version read."""
+    conditions = [dict(c) for c in (check.get("status") or {}).get("conditions") or []]
+    for cond in conditions:
+        if cond.get("type") == "Active" and cond.get("status") == "True":
+            return False
+    conditions = [c for c in conditions if c.get("type") != "Active"]
+    conditions.append(
+        {
+            "type": "Active",
+            "status": "True",
+            "reason": "Active",
+            "message": "dispatch admission-check controller is running",
+            "lastTransitionTime": _now(),
+            "observedGeneration": (check.get("metadata") or {}).get("generation", 0),
+        }
+    )
+    body = dict(check)
+    body["status"] = {**(check.get("status") or {}), "conditions": conditions}
+    try:
+        client.replace(kube.ADMISSION_CHECK, body, subresource="status")
+    except kube.Conflict:
+        return False
+    return True

@@ -1,0 +1,292 @@
+"""The controller process: where the stages are wired together.
+
+    apiserver
+      │  list+watch (informer.Informer, one per kind; relist on 410)
+      ▼
+    AdmissionCheck ──► ours = {checks with spec.controllerName ours} ──► admission.ensure_active
+    Workload ────────┐
+    JobSet ──────────┤  handlers put (kind, ns, name) keys with the latest object
+    Pod (trainer) ───┤
+    Event (sidecar) ─┘
+      ▼
+    queue.WorkQueue (dedup by key, one worker per key at a time)
+      ▼
+    workers ──► workload: admission.reconcile_workload  (raise A, then check Ready)
+            ──► jobset:   detector.Detector.jobset       (record UID / flag a reset)
+            ──► pod:      detector.Detector.pod          (missing or below-floor A)
+            ──► event:    detector.Detector.event        (a sidecar's report)
+
+Only the leader runs informers and workers (leader election on a Lease,
+`kube.run_leader_election`); a standby is live (/healthz) but not ready
+(/readyz). Losing the lease ends the process (exit 1) so it restarts as a
+standby rather than keep acting on stale leadership. SIGTERM finishes the
+current step and exits 0.
+
+Settings come from the environment (DISPATCH_CONTROLLER_*), overridden by
+the CLI's options; `Settings.from_env` is the one place they are read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from toolkit import kube, names
+from toolkit.controller import admission, detector, health, informer, queue
+
+log = logging.getLogger("toolkit.controller")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    namespace: str = ""  # "" watches every namespace
+    controller_name: str = admission.CONTROLLER_NAME
+    leader_elect: bool = True
+    lease_name: str = "dispatch-controller"
+    lease_namespace: str = "dispatch-system"
+    lease_duration: int = 15
+    renew_deadline: int = 10
+    retry_period: int = 2
+    health_port: int = 8080
+    workers: int = 4
+    kubeconfig: str | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        """Precedence: explicit overrides (CLI options) > environment > defaults."""
+        env = dict(os.environ if env is None else env)
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            raw = env.get(f"DISPATCH_CONTROLLER_{field.name.upper()}")
+            if raw is None or raw == "":
+                continue
+            if field.type in ("int", int):
+                values[field.name] = int(raw)
+            elif field.type in ("bool", bool):
+                values[field.name] = raw.lower() in ("1", "true", "yes")
+            else:
+                values[field.name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+class JsonFormatter(logging.Formatter):
+    _STD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "component": "dispatch-controller",
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        out.update({k: v for k, v in vars(record).items() if k not in self._STD})
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    logging.getLogger("leaderelection").setLevel(logging.WARNING)
+
+
+class Controller:
+    """The leader's work: informers, queue, workers."""
+
+    def __init__(self, client: kube.Client, settings: Settings, *, metrics: health.Metrics) -> None:
+        self.client = client
+        self.settings = settings
+        self.metrics = metrics
+        self.stop = threading.Event()
+        self.queue = queue.WorkQueue()
+        self.detector = detector.Detector(client, metrics=metrics)
+        self.ours: set[str] = set()
+        self._ours_lock = threading.Lock()
+        self._seen_reserved: dict[str, float] = {}
+        ns = settings.namespace or None
+        mk = lambda res, handler, **kw: informer.Informer(  # noqa: E731
+            client, res, handler=handler, namespace=ns if res.namespaced else None, stop=self.stop, **kw
+        )
+        self.informers = [
+            mk(kube.ADMISSION_CHECK, self._on_check),
+            mk(kube.WORKLOAD, self._on_workload),
+            mk(kube.JOBSET, self._on_jobset),
+            mk(kube.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL),
+            mk(kube.EVENT, self._on_event, field_selector=f"reason={names.SIDECAR_VIOLATION_REASON}"),
+        ]
+        self.threads: list[threading.Thread] = []
+
+    # -- handlers (informer threads): cheap, they only enqueue ----------
+
+    def _on_check(self, kind: str, check: Obj) -> None:
+        name = check["metadata"]["name"]
+        mine = (check.get("spec") or {}).get("controllerName") == self.settings.controller_name
+        with self._ours_lock:
+            before = set(self.ours)
+            if kind == "DELETED" or not mine:
+                self.ours.discard(name)
+            else:
+                self.ours.add(name)
+            changed = before != self.ours
+        if mine and kind != "DELETED":
+            self.queue.add(("check", "", name), check)
+        if changed:  # a check became ours: Workloads waiting on it need a pass
+            for wl in self.informers[1].items():
+                self._on_workload("SYNC", wl)
+
+    def _on_workload(self, kind: str, wl: Obj) -> None:
+        if kind == "DELETED" or admission.owner_trainjob(wl) is None:
+            return
+        with self._ours_lock:
+            ours = set(self.ours)
+        if admission.pending_checks(wl, ours):
+            meta = wl["metadata"]
+            self._seen_reserved.setdefault(meta["uid"] + meta["resourceVersion"], time.monotonic())
+            self.queue.add(("workload", meta["namespace"], meta["name"]), wl)
+
+    def _on_jobset(self, kind: str, js: Obj) -> None:
+        if kind != "DELETED" and detector.owner_trainjob(js):
+            self.queue.add(("jobset", js["metadata"]["namespace"], js["metadata"]["name"]), js)
+
+    def _on_pod(self, kind: str, pod: Obj) -> None:
+        if kind != "DELETED":
+            self.queue.add(("pod", pod["metadata"]["namespace"], pod["metadata"]["name"]), pod)
+
+    def _on_event(self, kind: str, event: Obj) -> None:
+        if kind != "DELETED":
+            self.queue.add(("event", event["metadata"]["namespace"], event["metadata"]["name"]), event)
+
+    # -- workers ------------------------------------------------------
+
+    def _process(self, key: tuple[str, str, str], obj: Obj) -> None:
+        kind, namespace, name = key
+        if kind == "check":
+            admission.ensure_active(self.client, obj)
+        elif kind == "workload":
+            with self._ours_lock:
+                ours = set(self.ours)
+            outcome = admission.reconcile_workload(
+                self.client, namespace=namespace, name=name, ours=ours, on_conflict=self.metrics.conflicts.inc
+            )
+            if outcome.raised:
+                self.metrics.raises.inc()
+            if outcome.action == "ready":
+                started = self._seen_reserved.pop(obj["metadata"]["uid"] + obj["metadata"]["resourceVersion"], None)
+                if started is not None:
+                    self.metrics.ready_latency.observe(time.monotonic() - started)
+                log.info(
+                    "check ready",
+                    extra={"workload": f"{namespace}/{name}", "admission": outcome.admission, "raised": outcome.raised},
+                )
+            elif outcome.action == "stale":
+                self.queue.add_after(key, obj, 0.05)
+        elif kind == "jobset":
+            self.detector.jobset(obj)
+        elif kind == "pod":
+            self.detector.pod(obj)
+        elif kind == "event":
+            self.detector.event(obj)
+
+    def _worker(self) -> None:
+        while not self.stop.is_set():
+            got = self.queue.get(timeout=0.5)
+            if got is None:
+                continue
+            key, obj = got
+            try:
+                self._process(key, obj)  # type: ignore[arg-type]
+            except Exception:
+                log.exception("reconcile failed, retrying", extra={"key": "/".join(key)})  # type: ignore[arg-type]
+                self.queue.add_after(key, obj, 1.0)
+            finally:
+                self.queue.done(key)
+
+    def start(self) -> None:
+        for inf in self.informers:
+            self.threads.append(inf.start())
+        for i in range(self.settings.workers):
+            t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(inf.synced.wait(max(0.0, deadline - time.monotonic())) for inf in self.informers)
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        self.stop.set()
+        self.queue.close()
+        for t in self.threads:
+            t.join(timeout)
+
+
+Obj = dict[str, Any]
+
+
+def run(settings: Settings) -> int:
+    """The process: health server, leader election, the controller. Returns
+    the exit status (0 after SIGTERM, 1 when the lease was lost)."""
+    setup_logging()
+    client = kube.load(kubeconfig=settings.kubeconfig)
+    metrics = health.Metrics()
+    server = health.HealthServer(port=settings.health_port, metrics=metrics)
+    server.start()
+    server.live.set()
+    done = threading.Event()
+    status = {"code": 0}
+    controller = Controller(client, settings, metrics=metrics)
+
+    def lead() -> None:
+        log.info("leading", extra={"lease": settings.lease_name})
+        controller.start()
+        if controller.wait_synced(60):
+            server.ready.set()
+            log.info("ready", extra={"port": server.port})
+        controller.stop.wait()
+
+    def lost() -> None:
+        log.error("lost the lease, exiting")
+        status["code"] = 1
+        done.set()
+
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    log.info("starting", extra={"health_port": server.port, "leader_elect": settings.leader_elect})
+    if settings.leader_elect:
+        elector = threading.Thread(
+            target=kube.run_leader_election,
+            args=(client,),
+            kwargs={
+                "lease_name": settings.lease_name,
+                "namespace": settings.lease_namespace,
+                "on_started": lead,
+                "on_stopped": lost,
+                "lease_duration": settings.lease_duration,
+                "renew_deadline": settings.renew_deadline,
+                "retry_period": settings.retry_period,
+            },
+            name="leader-election",
+            daemon=True,
+        )
+        elector.start()
+    else:
+        threading.Thread(target=lead, name="lead", daemon=True).start()
+    done.wait()
+    log.info("stopping")
+    server.ready.clear()
+    controller.shutdown()
+    server.stop()
+    return status["code"]

@@ -1,0 +1,156 @@
+"""A small list+watch informer over `kube.Client` (JSON objects).
+
+The client library ships `kubernetes.informer.SharedInformer`, but it
+expects generated model objects (it reads `resp.items` as an attribute), so
+it cannot serve custom resources returned as dicts; and nothing outside
+`toolkit.kube` imports kubernetes. This one keeps the same contract:
+
+- list, then watch from the list's resourceVersion; a cache keyed by
+  namespace/name stays what the server last said;
+- a watch that ends (server timeout, dropped connection) is restarted from
+  the last resourceVersion seen (bookmarks included);
+- a 410 Gone relists, and objects that vanished in between are delivered as
+  DELETED so handlers never miss a deletion;
+- any other error backs off (bounded) and retries; handlers' exceptions are
+  logged, never kill the loop.
+
+`run(max_rounds=...)` bounds the loop for tests (each list or watch
+connection is a round): the loop that runs in production is the one tested.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from toolkit import kube
+
+Obj = dict[str, Any]
+Handler = Callable[[str, Obj], None]
+
+log = logging.getLogger(__name__)
+
+
+def key(obj: Obj) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+class Informer:
+    def __init__(
+        self,
+        client: kube.Client,
+        resource: kube.Resource,
+        *,
+        handler: Handler,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        watch_timeout: int = 240,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.client = client
+        self.resource = resource
+        self.handler = handler
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.watch_timeout = watch_timeout
+        self.stop = stop or threading.Event()
+        self.synced = threading.Event()
+        self.relists = 0  # lists after the first (410s and errors), for tests and metrics
+        self._cache: dict[str, Obj] = {}
+        self._lock = threading.Lock()
+        self._rv: str | None = None
+
+    # -- the cache ----------------------------------------------------
+
+    def get(self, cache_key: str) -> Obj | None:
+        with self._lock:
+            return self._cache.get(cache_key)
+
+    def items(self) -> list[Obj]:
+        with self._lock:
+            return list(self._cache.values())
+
+    # -- the loop -----------------------------------------------------
+
+    def _deliver(self, kind: str, obj: Obj) -> None:
+        try:
+            self.handler(kind, obj)
+        except Exception:
+            log.exception("handler failed", extra={"resource": self.resource.plural, "event": kind})
+
+    def _relist(self) -> None:
+        items, rv = self.client.list(
+            self.resource,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+        )
+        fresh = {key(o): o for o in items}
+        with self._lock:
+            gone = [o for k, o in self._cache.items() if k not in fresh]
+            self._cache = fresh
+        for obj in gone:
+            self._deliver("DELETED", obj)
+        for obj in items:
+            self._deliver("SYNC", obj)
+        self._rv = rv
+        self.synced.set()
+
+    def _watch(self) -> None:
+        assert self._rv is not None
+        for kind, obj in self.client.watch(
+            self.resource,
+            namespace=self.namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+            resource_version=self._rv,
+            timeout_seconds=self.watch_timeout,
+        ):
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                self._rv = rv
+            if kind == "BOOKMARK":
+                continue
+            with self._lock:
+                if kind == "DELETED":
+                    self._cache.pop(key(obj), None)
+                else:
+                    self._cache[key(obj)] = obj
+            self._deliver(kind, obj)
+            if self.stop.is_set():
+                return
+
+    def run(self, *, max_rounds: int | None = None) -> None:
+        backoff = 0.2
+        rounds = 0
+        while not self.stop.is_set() and (max_rounds is None or rounds < max_rounds):
+            rounds += 1
+            try:
+                if self._rv is None:
+                    if self.synced.is_set():
+                        self.relists += 1
+                    self._relist()
+                else:
+                    self._watch()
+                backoff = 0.2
+            except kube.Gone:
+                log.info("watch expired, relisting", extra={"resource": self.resource.plural})
+                self._rv = None
+            except Exception as exc:  # the API is down or refused: back off, relist
+                log.warning(
+                    "list/watch failed: %s", exc, extra={"resource": self.resource.plural}
+                )
+                self._rv = None
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name=f"informer-{self.resource.plural}", daemon=True)
+        thread.start()
+        return thread

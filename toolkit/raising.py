@@ -1,0 +1,194 @@
+"""The raise of A (DESIGN.md §6), as pure logic.
+
+A raise reads a TrainJob and returns the object to write back: our runtime
+patch entry carries `max(A in our patch, floor) + 1` and the floor
+annotation carries the same value, in ONE object, so a single update
+preconditioned on the resourceVersion read writes both or neither.
+
+Invariants this module keeps:
+- A never falls. The new value is computed from the larger of the patch and
+  the floor, so a patch rewritten lower, made unreadable or deleted cannot
+  lower the next raise: the floor remembers the last raise.
+- Only a suspended TrainJob is raised. A pod reads A once when it starts, and
+  Trainer's webhook refuses runtime-patch changes while the TrainJob runs;
+  refusing here gives a clear error instead of a webhook rejection.
+- The input is never mutated: `raised()` deep-copies, so a caller's cached
+  object (an informer's) stays what the server said.
+- Nothing here does I/O. The read-compute-write loop with the 409 retry is
+  in `toolkit.adapter.raise_admission`; a 409 there means "recompute from a
+  fresh read", never "write the old result again".
+
+`record` is an optional marker of what the raise was for (the Kueue
+controller writes the Workload admission it raised for, see
+`toolkit.controller.admission`). It goes in the same update as the raise.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+from toolkit import detect, names
+
+Obj = dict[str, Any]
+
+# Where A lives inside our runtime-patch entry (DESIGN.md §4).
+_PATCH_PATH = ("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
+# The highest A the prologue accepts with J = 0 (R < 10^6).
+MAX_ADMISSION = 999_999
+
+
+class RaiseRefused(Exception):
+    """The TrainJob cannot be raised now; the message names why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Counts:
+    """A as our patch says it, the floor annotation, and what they give."""
+
+    patch: int | None  # None: no patch entry, or A unreadable
+    floor: int | None  # None: no floor annotation, or malformed
+
+    @property
+    def current(self) -> int:
+        """The A a pod created now would get if the patch were honest:
+        the larger of patch and floor (0 when neither is set)."""
+        return max(self.patch or 0, self.floor or 0)
+
+    @property
+    def next(self) -> int:
+        return self.current + 1
+
+
+def _our_patch(trainjob: Obj) -> Obj | None:
+    for entry in (trainjob.get("spec") or {}).get("runtimePatches") or []:
+        if entry.get("manager") == names.PATCH_MANAGER:
+            return entry
+    return None
+
+
+def _node_annotations(patch: Obj) -> dict[str, str] | None:
+    node: Any = patch
+    for key in _PATCH_PATH:
+        node = (node or {}).get(key)
+    for rjob in node or []:
+        if rjob.get("name") == names.TRAINER_REPLICATED_JOB:
+            template = (((rjob.get("template") or {}).get("spec") or {}).get("template")) or {}
+            return (template.get("metadata") or {}).get("annotations")
+    return None
+
+
+def patch_admission(trainjob: Obj) -> int | None:
+    """A as written in our runtime patch, or None when absent or malformed."""
+    patch = _our_patch(trainjob)
+    if patch is None:
+        return None
+    annotations = _node_annotations(patch) or {}
+    return detect.parse_count(annotations.get(names.ADMISSION_ANNOTATION))
+
+
+def counts(trainjob: Obj) -> Counts:
+    annotations = (trainjob.get("metadata") or {}).get("annotations") or {}
+    return Counts(
+        patch=patch_admission(trainjob),
+        floor=detect.parse_floor(annotations.get(names.FLOOR_ANNOTATION)),
+    )
+
+
+def is_suspended(trainjob: Obj) -> bool:
+    return bool((trainjob.get("spec") or {}).get("suspend"))
+
+
+def patch_entry(admission: int) -> Obj:
+    """Our runtime-patch entry setting A on the `node` pod template."""
+    return {
+        "manager": names.PATCH_MANAGER,
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": names.TRAINER_REPLICATED_JOB,
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "metadata": {
+                                            "annotations": {
+                                                names.ADMISSION_ANNOTATION: str(admission)
+                                            }
+                                        }
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+def _set_patch_admission(spec: Obj, admission: int) -> None:
+    """Write A into our entry, keeping the rest of the entry (and every other
+    manager's entry) as it was; rebuild the path where it is missing."""
+    patches = spec.get("runtimePatches") or []
+    spec["runtimePatches"] = patches
+    entry = next((p for p in patches if p.get("manager") == names.PATCH_MANAGER), None)
+    if entry is None:
+        patches.append(patch_entry(admission))
+        return
+    node: Obj = entry
+    for key in _PATCH_PATH[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    rjobs = node.get(_PATCH_PATH[-1]) or []
+    node[_PATCH_PATH[-1]] = rjobs
+    rjob = next((r for r in rjobs if r.get("name") == names.TRAINER_REPLICATED_JOB), None)
+    if rjob is None:
+        rjob = {"name": names.TRAINER_REPLICATED_JOB}
+        rjobs.append(rjob)
+    cursor: Obj = rjob
+    for key in ("template", "spec", "template", "metadata", "annotations"):
+        if not isinstance(cursor.get(key), dict):
+            cursor[key] = {}
+        cursor = cursor[key]
+    cursor[names.ADMISSION_ANNOTATION] = str(admission)
+
+
+def raised(
+    trainjob: Obj,
+    *,
+    unsuspend: bool = False,
+    record: tuple[str, str] | None = None,
+) -> tuple[Obj, int]:
+    """The TrainJob to write back with A raised, and the new A.
+
+    `unsuspend` sets spec.suspend false in the same object (plain mode's
+    Open and Release). `record` is an extra (annotation, value) written in
+    the same object. Raises RaiseRefused for a running TrainJob or at the
+    bound of A.
+    """
+    name = (trainjob.get("metadata") or {}).get("name", "?")
+    if not is_suspended(trainjob):
+        raise RaiseRefused(
+            f"TrainJob {name}: spec.suspend is false; A is only raised while the TrainJob is suspended"
+        )
+    new = counts(trainjob).next
+    if new > MAX_ADMISSION:
+        raise RaiseRefused(
+            f"TrainJob {name}: admission would be {new}, above the bound {MAX_ADMISSION} (R < 10^6)"
+        )
+    out = copy.deepcopy(trainjob)
+    spec = out.setdefault("spec", {})
+    _set_patch_admission(spec, new)
+    meta = out.setdefault("metadata", {})
+    annotations = meta.get("annotations") or {}
+    meta["annotations"] = annotations
+    annotations[names.FLOOR_ANNOTATION] = str(new)
+    if record is not None:
+        annotations[record[0]] = record[1]
+    if unsuspend:
+        spec["suspend"] = False
+    return out, new
