@@ -1,0 +1,1 @@
+"""The project's tests; a package so that `python -m tests.controlplane.harness` works."""

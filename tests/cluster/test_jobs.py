@@ -1,0 +1,95 @@
+"""The controller manager really runs: Job controller, garbage collector, TTL.
+
+There are no kubelets, so pods stay Pending; a test that needs a finished pod
+writes its phase through the status subresource, as a kubelet would.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import kubernetes.client
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], *, timeout: float = 60.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def job(name: str, *, parallelism: int, ttl: int | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "parallelism": parallelism,
+        "completions": parallelism,
+        "backoffLimit": 0,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "unused"}]}},
+    }
+    if ttl is not None:
+        spec["ttlSecondsAfterFinished"] = ttl
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def pods_of(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> list[Any]:
+    return list(core.list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={name}").items)
+
+
+def gone(read: Callable[[], object]) -> bool:
+    try:
+        read()
+    except kubernetes.client.ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
+
+
+def test_job_controller_creates_pods_and_garbage_collector_deletes_them(
+        api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    batch = kubernetes.client.BatchV1Api(api_client)
+    core = kubernetes.client.CoreV1Api(api_client)
+    created = batch.create_namespaced_job(namespace, job("two", parallelism=2))
+
+    pods = wait_for("two pods", lambda: (p := pods_of(core, namespace, "two")) if len(p) == 2 else None)
+    for pod in pods:
+        [owner] = pod.metadata.owner_references
+        assert (owner.kind, owner.uid, owner.controller) == ("Job", created.metadata.uid, True)
+        assert pod.status.phase == "Pending"
+
+    batch.delete_namespaced_job("two", namespace, propagation_policy="Background")
+    wait_for("the Job's pods deleted by the garbage collector", lambda: not pods_of(core, namespace, "two"))
+
+
+def test_finished_job_with_ttl_is_deleted(api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    batch = kubernetes.client.BatchV1Api(api_client)
+    core = kubernetes.client.CoreV1Api(api_client)
+    batch.create_namespaced_job(namespace, job("once", parallelism=1, ttl=0))
+    [pod] = wait_for("one pod", lambda: pods_of(core, namespace, "once"))
+
+    # What a kubelet would report for a container that exited 0.
+    core.patch_namespaced_pod_status(pod.metadata.name, namespace, {"status": {"phase": "Succeeded"}})
+
+    def completed() -> bool:
+        try:
+            conditions = batch.read_namespaced_job_status("once", namespace).status.conditions or []
+        except kubernetes.client.ApiException as e:
+            if e.status == 404:  # the TTL controller was quicker than this poll
+                return True
+            raise
+        return any(c.type == "Complete" and c.status == "True" for c in conditions)
+
+    wait_for("the Job to complete", completed)
+    wait_for("the finished Job deleted by the TTL controller",
+             lambda: gone(lambda: batch.read_namespaced_job("once", namespace)))
+    wait_for("its pod deleted with it", lambda: not pods_of(core, namespace, "once"))

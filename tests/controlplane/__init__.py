@@ -1,0 +1,1 @@
+"""The local Kubernetes control plane for the integration tests (see harness.py)."""
