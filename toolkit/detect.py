@@ -88,3 +88,16 @@ def parse_floor(value: str | None) -> int | None:
     if value is None:
         return None
     return parse_count(value)
+
+
+def floor(value: str | None) -> Violation | None:
+    """A floor annotation that is present but not a count was not written by
+    dispatch (every raise writes a canonical decimal): report it, since A can
+    no longer be checked against it. Absent is fine (nothing raised yet)."""
+    if value is None or parse_count(value) is not None:
+        return None
+    return Violation(
+        "invalid-floor",
+        f"TrainJob annotation dispatch.phpboyscout.uk/admission-floor is {value!r}, "
+        "not 0 or a decimal of at most 6 digits without a leading zero",
+    )

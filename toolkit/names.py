@@ -16,6 +16,8 @@ PATCH_MANAGER = f"{DOMAIN}/adapter"
 # JobSet's pod label carrying J (= JobSet status.restarts).
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+# The UID of the JobSet that created the pod (JobSet sets it on every pod).
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 # The replicated job of the trainer (Trainer's name for it).
 TRAINER_REPLICATED_JOB = "node"
 
@@ -37,3 +39,21 @@ TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINER_VERSION = "v1alpha1"
 JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_VERSION = "v1alpha2"
+
+# TrainJob annotations naming what a rendered TrainJob runs (toolkit.render).
+JOB_ID_ANNOTATION = f"{DOMAIN}/job-id"
+GENERATION_ANNOTATION = f"{DOMAIN}/generation"
+SUBMISSION_ANNOTATION = f"{DOMAIN}/submission"
+ATTEMPT_ANNOTATION = f"{DOMAIN}/attempt"
+# Kueue's label naming the LocalQueue (kueue mode).
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+# The sidecar verifier (toolkit.render.sidecar_container): a native sidecar
+# (an initContainer with restartPolicy Always) in the `node` pod template.
+SIDECAR_CONTAINER = "dispatch-sidecar"
+SIDECAR_SERVICE_ACCOUNT = "dispatch-sidecar"
+SIDECAR_IMAGE = "localhost/dispatch/sidecar:dev"
+# A Downward API volume mounted here holds one file per item: `annotations`
+# and `labels` (the pod's, as key="value" lines), `name` and `namespace`.
+PODINFO_VOLUME = "dispatch-podinfo"
+PODINFO_DIR = "/etc/dispatch/podinfo"
