@@ -193,6 +193,9 @@ class Controller:
                 )
             elif outcome.action == "stale":
                 self.queue.add_after(key, obj, 0.05)
+            elif outcome.action == "refused":
+                # e.g. the TrainJob is not suspended: look again later, never approve
+                self.queue.add_after(key, obj, 2.0)
         elif kind == "jobset":
             self.detector.jobset(obj)
         elif kind == "pod":

@@ -1,0 +1,157 @@
+"""The raise, open, release and hold against the real apiserver and the
+real TrainJob CRD: racing writers, rewritten or deleted patches, refusals."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.adapter import kit
+from toolkit import adapter, kube, names, raising
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def client(api_client):
+    return kube.from_api_client(api_client)
+
+
+def test_sixteen_racing_raisers_land_every_raise_exactly_once(client, namespace):
+    tj = kit.create_trainjob(client, namespace)
+    name = tj["metadata"]["name"]
+    total = 100
+    budget = iter(range(total))
+    budget_lock = threading.Lock()
+    results: list[adapter.Raised] = []
+    errors: list[BaseException] = []
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def take() -> bool:
+        with budget_lock:
+            return next(budget, None) is not None
+
+    def raiser() -> None:
+        try:
+            while take():
+                results.append(adapter.raise_admission(client, namespace=namespace, name=name))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    def watcher() -> None:
+        # Every version the server holds, in order: A must never go down.
+        while not stop.is_set():
+            seen.append(raising.counts(client.get(kube.TRAINJOB, name=name, namespace=namespace)).current)
+
+    threads = [threading.Thread(target=raiser) for _ in range(16)]
+    watch_thread = threading.Thread(target=watcher)
+    watch_thread.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    watch_thread.join()
+
+    assert not errors
+    final = client.get(kube.TRAINJOB, name=name, namespace=namespace)
+    assert raising.counts(final) == raising.Counts(patch=total, floor=total)
+    # No lost update: each raise returned a distinct A, and together 1..100.
+    assert sorted(r.admission for r in results) == list(range(1, total + 1))
+    conflicts = sum(r.conflicts for r in results)
+    assert conflicts > 0, "16 writers on one object must have conflicted"
+    assert seen == sorted(seen)
+    print(f"raises={total} conflicts_retried={conflicts}")
+
+
+def test_a_rewritten_lower_or_deleted_patch_does_not_lower_the_next_raise(client, namespace):
+    tj = kit.create_trainjob(client, namespace)
+    name = tj["metadata"]["name"]
+    for _ in range(3):
+        adapter.raise_admission(client, namespace=namespace, name=name)
+
+    def rewrite(obj):
+        obj["spec"]["runtimePatches"] = [raising.patch_entry(1)]
+        return obj, None
+
+    client.read_modify_write(kube.TRAINJOB, name=name, namespace=namespace, compute=rewrite)
+    assert adapter.raise_admission(client, namespace=namespace, name=name).admission == 4
+
+    def delete(obj):
+        obj["spec"]["runtimePatches"] = []
+        return obj, None
+
+    client.read_modify_write(kube.TRAINJOB, name=name, namespace=namespace, compute=delete)
+    assert adapter.raise_admission(client, namespace=namespace, name=name).admission == 5
+    final = client.get(kube.TRAINJOB, name=name, namespace=namespace)
+    assert raising.patch_admission(final) == 5
+
+
+def test_open_raises_and_unsuspends_in_one_update_and_a_running_trainjob_is_not_raised(client, namespace):
+    tj = kit.create_trainjob(client, namespace)
+    name = tj["metadata"]["name"]
+    rv = tj["metadata"]["resourceVersion"]
+    opened = adapter.open_(client, namespace=namespace, name=name)
+    after = client.get(kube.TRAINJOB, name=name, namespace=namespace)
+    assert opened.admission == 1 and after["spec"]["suspend"] is False
+    # one write: the resourceVersion moved exactly once past the create
+    assert int(after["metadata"]["resourceVersion"]) > int(rv)
+    assert after["metadata"]["generation"] == tj["metadata"]["generation"] + 1
+    with pytest.raises(adapter.AdapterError, match="spec.suspend is false"):
+        adapter.raise_admission(client, namespace=namespace, name=name)
+    with pytest.raises(adapter.AdapterError, match="spec.suspend is false"):
+        adapter.release(client, namespace=namespace, name=name)
+    assert raising.counts(client.get(kube.TRAINJOB, name=name, namespace=namespace)).current == 1
+
+    assert adapter.hold(client, namespace=namespace, name=name) is True
+    assert adapter.hold(client, namespace=namespace, name=name) is False
+    held = client.get(kube.TRAINJOB, name=name, namespace=namespace)
+    assert held["spec"]["suspend"] is True and raising.counts(held).current == 1
+    assert adapter.release(client, namespace=namespace, name=name).admission == 2
+
+
+def test_status_reports_a_floor_j_r_epoch_and_the_foreign_cause(client, namespace):
+    tj = kit.create_trainjob(client, namespace)
+    name = tj["metadata"]["name"]
+    js = kit.create_jobset(client, tj)
+    kit.set_restarts(client, js, 2)
+    st = adapter.status(client, namespace=namespace, name=name)
+    assert (st.state, st.admission, st.floor, st.restarts, st.r) == ("suspended", 0, None, 2, 3)
+    assert st.epoch == "1000002000003"
+    adapter.open_(client, namespace=namespace, name=name)
+    st = adapter.status(client, namespace=namespace, name=name)
+    assert (st.state, st.admission, st.floor, st.r, st.attempt) == ("running", 1, 1, 3, "job-1.2.0.1.2")
+    assert st.foreign is False
+    assert adapter.flag_foreign(
+        client, namespace=namespace, name=name, violation=kit_violation("something reset")
+    )
+    st = adapter.status(client, namespace=namespace, name=name)
+    assert (st.foreign, st.foreign_cause) == (True, "something reset")
+    # the flag never stops anything
+    assert client.get(kube.TRAINJOB, name=name, namespace=namespace)["spec"]["suspend"] is False
+    assert client.get(kube.JOBSET, name=name, namespace=namespace)["metadata"]["uid"] == js["metadata"]["uid"]
+
+
+def test_not_found_is_one_line(client, namespace):
+    with pytest.raises(adapter.AdapterError, match=f"TrainJob {namespace}/nope not found"):
+        adapter.open_(client, namespace=namespace, name="nope")
+
+
+def kit_violation(detail: str):
+    from toolkit import detect
+
+    return detect.Violation("test", detail)
+
+
+def test_the_foreign_annotation_keeps_each_cause_once(client, namespace):
+    tj = kit.create_trainjob(client, namespace)
+    name = tj["metadata"]["name"]
+    assert adapter.flag_foreign(client, namespace=namespace, name=name, violation=kit_violation("a"))
+    assert not adapter.flag_foreign(client, namespace=namespace, name=name, violation=kit_violation("a"))
+    assert adapter.flag_foreign(client, namespace=namespace, name=name, violation=kit_violation("b"))
+    assert kit.annotations(client, namespace, name)[names.FOREIGN_ANNOTATION] == "a\nb"
+    events, _ = client.list(kube.EVENT, namespace=namespace, field_selector=f"reason={names.FOREIGN_REASON}")
+    assert sorted(e["message"] for e in events) == ["a", "b"]
+    assert all(e["type"] == "Warning" and e["involvedObject"]["kind"] == "TrainJob" for e in events)

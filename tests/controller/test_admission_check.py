@@ -1,0 +1,125 @@
+"""The Kueue admission-check protocol, with the test acting as Kueue on real
+Workload and AdmissionCheck objects and the controller as a real process
+under its shipped RBAC."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.adapter import kit
+from tests.controller.conftest import wait_until
+from toolkit import adapter, kube, raising
+from toolkit.controller import admission
+
+pytestmark = pytest.mark.cluster
+
+
+def _check(admin: kube.Client) -> str:
+    name = f"dispatch-{uuid.uuid4().hex[:8]}"
+    kit.create_admission_check(admin, name)
+    return name
+
+
+def _state(admin, namespace, wl, check):
+    return kit.check_entry(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+
+
+def test_reserved_and_pending_is_raised_then_ready_and_every_readmission_raises_again(admin, namespace, start_controller):
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    wl = kit.create_workload(admin, tj)
+    ctl = start_controller()
+
+    # Active is kept true on our AdmissionCheck.
+    wait_until(
+        lambda: admission.condition_true(admin.get(kube.ADMISSION_CHECK, name=check), "Active"), what="Active"
+    )
+
+    for expected in (1, 2, 3):
+        kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+        entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+        assert entry["message"] == f"A raised to {expected}"
+        tj_now = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
+        assert raising.counts(tj_now) == raising.Counts(patch=expected, floor=expected)
+        assert tj_now["spec"]["suspend"] is True  # Kueue, not us, unsuspends
+        # Kueue evicts (preemption): the check goes back to Pending, no raise yet.
+        kit.kueue_evict(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+        assert _state(admin, namespace, wl, check)["state"] == "Pending"
+
+    status, body = ctl.get("/metrics")
+    assert status == 200 and "dispatch_raises_total 3.0" in body
+
+
+def test_never_ready_without_the_raise(admin, namespace, start_controller):
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace, suspend=False)  # cannot be raised
+    wl = kit.create_workload(admin, tj)
+    start_controller()
+    kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    # the controller has looked (its informer is synced) and refused
+    import time
+
+    time.sleep(1.0)
+    assert _state(admin, namespace, wl, check)["state"] == "Pending"
+    assert raising.counts(admin.get(kube.TRAINJOB, name=tj["metadata"]["name"], namespace=namespace)).current == 0
+    kit.set_suspend(admin, namespace, tj["metadata"]["name"], True)
+    entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, timeout=10, what="Ready")
+    assert entry["message"] == "A raised to 1"
+
+
+def test_a_crash_after_the_raise_does_not_raise_twice(admin, namespace, start_controller):
+    """The first pass raised (marker written with the raise) and died before
+    Ready; the next pass finds its marker and only sets Ready."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    wl = kit.create_workload(admin, tj)
+    reserved = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    adapter.raise_admission(
+        admin, namespace=namespace, name=name, record=(adapter.RAISED_FOR_ANNOTATION, admission.marker(reserved))
+    )
+    start_controller()
+    entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+    assert entry["message"] == "A raised to 1"
+    assert raising.counts(admin.get(kube.TRAINJOB, name=name, namespace=namespace)).current == 1
+
+
+def test_two_controllers_without_leader_election_still_raise_before_every_ready(admin, namespace, start_controller):
+    """Leader election is the normal guard; this shows the protocol is safe
+    without it: two processes race on 10 TrainJobs through 3 admissions."""
+    check = _check(admin)
+    jobs = [kit.create_trainjob(admin, namespace) for _ in range(10)]
+    workloads = [kit.create_workload(admin, tj) for tj in jobs]
+    start_controller(leader_elect=False)
+    start_controller(leader_elect=False)
+    last = {tj["metadata"]["name"]: 0 for tj in jobs}
+    for _ in range(3):
+        for wl in workloads:
+            kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+        for tj, wl in zip(jobs, workloads):
+            entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+            a = raising.counts(admin.get(kube.TRAINJOB, name=tj["metadata"]["name"], namespace=namespace)).current
+            approved = int(entry["message"].rsplit(" ", 1)[1])
+            assert approved > last[tj["metadata"]["name"]] and a >= approved
+            last[tj["metadata"]["name"]] = a
+        for wl in workloads:
+            kit.kueue_evict(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+
+
+def test_leader_election_lets_one_replica_act_and_the_standby_takes_over(admin, namespace, start_controller):
+    check = _check(admin)
+    first = start_controller()
+    second = start_controller(wait=False)
+    status, _ = second.get("/readyz")
+    assert status == 503 and second.get("/healthz")[0] == 200
+    assert first.get("/readyz")[0] == 200
+    assert first.stop() == 0  # SIGTERM: finish the step, exit 0
+    second.wait_ready(timeout=20)
+    tj = kit.create_trainjob(admin, namespace)
+    wl = kit.create_workload(admin, tj)
+    kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+    assert entry["message"] == "A raised to 1"

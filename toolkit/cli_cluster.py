@@ -1,0 +1,200 @@
+"""`toolkit start|open|hold|release|status|controller`: the adapter
+operations and the controller against a cluster.
+
+Thin commands: parse, call `toolkit.adapter` (or the controller's `run`),
+print. A refusal (`adapter.AdapterError`, a bound, an API refusal) is one
+line on stderr and exit 1; bad input is exit 2 (click's usage errors).
+Loaded lazily by `toolkit.cli`, so `toolkit wrap` never imports the
+kubernetes client.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from toolkit import adapter, kube
+
+
+def _cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option(
+        "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig path (default: $KUBECONFIG, then in-cluster)."
+    )(fn)
+    fn = click.option("--context", default=None, help="Kubeconfig context (default: the current one).")(fn)
+    return fn
+
+
+def _namespace_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "-n", "--namespace", envvar="DISPATCH_NAMESPACE", default="default", show_default=True,
+        help="Namespace of the TrainJob (env DISPATCH_NAMESPACE).",
+    )(fn)
+
+
+def _refusals(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a refusal into one line and exit 1, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except adapter.AdapterError as exc:
+            raise click.ClickException(str(exc)) from None
+        except kube.ApiError as exc:
+            raise click.ClickException(f"the apiserver refused: {exc}") from None
+
+    return wrapper
+
+
+def _client(kubeconfig: str | None, context: str | None) -> kube.Client:
+    try:
+        return kube.load(kubeconfig=kubeconfig, context=context)
+    except Exception as exc:  # the config library raises several unrelated types
+        raise click.ClickException(f"--kubeconfig: cannot load a cluster config: {exc}") from None
+
+
+@click.command("start")
+@click.argument("request_file", metavar="REQUEST", type=click.Path(dir_okay=False))
+@_cluster_options
+@_refusals
+def start_cmd(request_file: str, kubeconfig: str | None, context: str | None) -> None:
+    """Check the runtime on the cluster, then create the TrainJob of REQUEST
+    (a StartRequest file, YAML or JSON) suspended with A = 0. A second start
+    of the same job and submission finds it and changes nothing."""
+    from toolkit import render, request  # pure; loaded only for start
+
+    try:
+        req = request.load(request_file)
+    except ValueError as exc:  # RequestError and LoadError: one line naming the field
+        raise click.BadParameter(str(exc), param_hint="REQUEST") from None
+    started = adapter.start(
+        _client(kubeconfig, context), trainjob=render.trainjob(req), allow_rank_restart=req.allow_rank_restart
+    )
+    verb = "created" if started.created else "exists, unchanged"
+    click.echo(f"trainjob {started.namespace}/{started.name} {verb}")
+
+
+def _raise_command(name: str, op: Callable[..., adapter.Raised], doc: str) -> click.Command:
+    @click.command(name, help=doc)
+    @click.argument("trainjob")
+    @_namespace_option
+    @_cluster_options
+    @_refusals
+    def cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None) -> None:
+        raised = op(_client(kubeconfig, context), namespace=namespace, name=trainjob)
+        click.echo(f"trainjob {namespace}/{trainjob} running with A = {raised.admission}")
+        if raised.conflicts:
+            click.echo(f"({raised.conflicts} conflicting writes re-read and retried)", err=True)
+
+    return cmd
+
+
+open_cmd = _raise_command(
+    "open", adapter.open_, "Plain mode: raise A and unsuspend TRAINJOB in one preconditioned update."
+)
+release_cmd = _raise_command(
+    "release", adapter.release, "Plain mode: resume a held TRAINJOB, raising A in the update that unsuspends."
+)
+
+
+@click.command("hold")
+@click.argument("trainjob")
+@_namespace_option
+@_cluster_options
+@_refusals
+def hold_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None) -> None:
+    """Suspend TRAINJOB (its pods stop; the next open or release raises A)."""
+    changed = adapter.hold(_client(kubeconfig, context), namespace=namespace, name=trainjob)
+    click.echo(f"trainjob {namespace}/{trainjob} {'held' if changed else 'was already suspended'}")
+
+
+@click.command("status")
+@click.argument("trainjob")
+@_namespace_option
+@_cluster_options
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text for people, json for machines.")
+@_refusals
+def status_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None, output: str) -> None:
+    """State, A, floor, J, R and the epoch of the next or current execution
+    of TRAINJOB, its recorded JobSet UID and whether it is flagged foreign."""
+    st = adapter.status(_client(kubeconfig, context), namespace=namespace, name=trainjob)
+    if output == "json":
+        click.echo(json.dumps(st.as_dict(), sort_keys=True))
+        return
+    rows = [
+        ("trainjob", f"{st.namespace}/{st.name}"),
+        ("state", st.state),
+        ("admission (A)", str(st.admission)),
+        ("floor", "-" if st.floor is None else str(st.floor)),
+        ("restarts (J)", str(st.restarts)),
+        (f"R ({st.next_or_current} execution)", str(st.r)),
+        ("epoch", st.epoch or "-"),
+        ("attempt", st.attempt or "-"),
+        ("jobset uid (recorded)", st.jobset_uid or "-"),
+        ("jobset uid (seen)", st.jobset_uid_seen or "-"),
+        ("foreign", "yes" if st.foreign else "no"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        click.echo(f"{k:<{width}}  {v}")
+    if st.foreign_cause:
+        for line in st.foreign_cause.split("\n"):
+            click.echo(f"{'cause':<{width}}  {line}")
+
+
+@click.command("controller")
+@_cluster_options
+@click.option("--namespace", "watch_namespace", envvar="DISPATCH_CONTROLLER_NAMESPACE", default=None,
+              help="Watch only this namespace (default: all; env DISPATCH_CONTROLLER_NAMESPACE).")
+@click.option("--controller-name", envvar="DISPATCH_CONTROLLER_CONTROLLER_NAME", default=None,
+              help="AdmissionCheck spec.controllerName to serve (env DISPATCH_CONTROLLER_CONTROLLER_NAME).")
+@click.option("--leader-elect/--no-leader-elect", envvar="DISPATCH_CONTROLLER_LEADER_ELECT", default=None,
+              help="Campaign for the Lease before acting (default on; env DISPATCH_CONTROLLER_LEADER_ELECT).")
+@click.option("--lease-namespace", envvar="DISPATCH_CONTROLLER_LEASE_NAMESPACE", default=None,
+              help="Namespace of the Lease (env DISPATCH_CONTROLLER_LEASE_NAMESPACE, default dispatch-system).")
+@click.option("--lease-name", envvar="DISPATCH_CONTROLLER_LEASE_NAME", default=None,
+              help="Name of the Lease (env DISPATCH_CONTROLLER_LEASE_NAME, default dispatch-controller).")
+@click.option("--lease-duration", envvar="DISPATCH_CONTROLLER_LEASE_DURATION", type=click.IntRange(3, 3600), default=None,
+              help="Lease duration in seconds (env DISPATCH_CONTROLLER_LEASE_DURATION, default 15).")
+@click.option("--health-port", envvar="DISPATCH_CONTROLLER_HEALTH_PORT", type=click.IntRange(0, 65535), default=None,
+              help="Port of /healthz, /readyz, /metrics; 0 picks one (env DISPATCH_CONTROLLER_HEALTH_PORT, default 8080).")
+@click.option("--workers", envvar="DISPATCH_CONTROLLER_WORKERS", type=click.IntRange(1, 64), default=None,
+              help="Reconcile workers (env DISPATCH_CONTROLLER_WORKERS, default 4).")
+def controller_cmd(
+    kubeconfig: str | None,
+    context: str | None,
+    watch_namespace: str | None,
+    controller_name: str | None,
+    leader_elect: bool | None,
+    lease_namespace: str | None,
+    lease_name: str | None,
+    lease_duration: int | None,
+    health_port: int | None,
+    workers: int | None,
+) -> None:
+    """Run the admission-check controller and reset detector (JSON logs on stderr)."""
+    from toolkit.controller import app
+
+    overrides: dict[str, Any] = {
+        "kubeconfig": kubeconfig,
+        "namespace": watch_namespace,
+        "controller_name": controller_name,
+        "leader_elect": leader_elect,
+        "lease_namespace": lease_namespace,
+        "lease_name": lease_name,
+        "health_port": health_port,
+        "workers": workers,
+    }
+    if lease_duration is not None:
+        # renew and retry follow the duration, in the client library's bounds
+        overrides["lease_duration"] = lease_duration
+        overrides["renew_deadline"] = max(2, lease_duration * 2 // 3)
+        overrides["retry_period"] = 1 if lease_duration < 6 else 2
+    settings = app.Settings.from_env(**overrides)
+    sys.exit(app.run(settings))
