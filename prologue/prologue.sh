@@ -83,7 +83,7 @@ esac
 # The epoch must fit a signed 64-bit integer: 9223372 036854 775807 as
 # (G, N, R). Only a 13-digit prefix can reach it; its G (7 digits) and N
 # (6 digits, leading zeros stripped first) each fit 32-bit arithmetic.
-case $DISPATCH_K8S_EPOCH_PREFIX in
+case ${DISPATCH_K8S_EPOCH_PREFIX-} in
   ?????????????)
     DISPATCH_K8S_G=${DISPATCH_K8S_EPOCH_PREFIX%??????}
     DISPATCH_K8S_N=${DISPATCH_K8S_EPOCH_PREFIX#"$DISPATCH_K8S_G"}

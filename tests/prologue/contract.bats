@@ -1,0 +1,203 @@
+#!/usr/bin/env bats
+# The prologue contract (DESIGN.md §3), clause by clause, in the shell named
+# by SHELL_NAME. run-shells.sh runs this file once per shell.
+
+setup() {
+  load helpers
+  common_setup
+}
+
+# --- valid values -----------------------------------------------------------
+
+@test "${SHELL_NAME}: builds the epoch and attempt from A, J and the prefixes" {
+  sees "${OK_ENV[@]}" -- "1000002000005 job-7.2.1.3.2"
+}
+
+@test "${SHELL_NAME}: an empty epoch prefix gives R itself, without leading zeros" {
+  sees DISPATCH_K8S_ADMISSION=1 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX= \
+    DISPATCH_K8S_TOKEN_PREFIX=j.0.0 -- "1 j.0.0.1.0"
+}
+
+@test "${SHELL_NAME}: an unset epoch prefix is the empty prefix" {
+  sees DISPATCH_K8S_ADMISSION=12 DISPATCH_K8S_RESTART=30 DISPATCH_K8S_TOKEN_PREFIX=j.0.0 -- "42 j.0.0.12.30"
+}
+
+@test "${SHELL_NAME}: pads R to six digits after a prefix, for every length of R" {
+  local a want
+  for a in 1 12 123 1234 12345 123456; do
+    want=$(printf '7%06d j.1.0.%s.0' "$a" "$a")
+    sees DISPATCH_K8S_ADMISSION=$a DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=7 \
+      DISPATCH_K8S_TOKEN_PREFIX=j.1.0 -- "$want"
+  done
+}
+
+@test "${SHELL_NAME}: accepts A and J at 999999 and R one below the bound" {
+  sees DISPATCH_K8S_ADMISSION=999999 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_TOKEN_PREFIX=t -- "999999 t.999999.0"
+  sees DISPATCH_K8S_ADMISSION=1 DISPATCH_K8S_RESTART=999998 DISPATCH_K8S_TOKEN_PREFIX=t -- "999999 t.1.999998"
+}
+
+@test "${SHELL_NAME}: accepts a 13-digit prefix" {
+  sees DISPATCH_K8S_ADMISSION=5 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=1234567000001 \
+    DISPATCH_K8S_TOKEN_PREFIX=t -- "1234567000001000005 t.5.0"
+}
+
+@test "${SHELL_NAME}: accepts the largest epoch that fits a signed 64-bit integer" {
+  sees DISPATCH_K8S_ADMISSION=775807 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=9223372036854 \
+    DISPATCH_K8S_TOKEN_PREFIX=t -- "9223372036854775807 t.775807.0"
+  sees DISPATCH_K8S_ADMISSION=999999 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=9223372036853 \
+    DISPATCH_K8S_TOKEN_PREFIX=t -- "9223372036853999999 t.999999.0"
+  sees DISPATCH_K8S_ADMISSION=999999 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=9223371999999 \
+    DISPATCH_K8S_TOKEN_PREFIX=t -- "9223371999999999999 t.999999.0"
+}
+
+@test "${SHELL_NAME}: a token prefix may hold dots" {
+  sees DISPATCH_K8S_ADMISSION=2 DISPATCH_K8S_RESTART=1 DISPATCH_K8S_TOKEN_PREFIX=a.b.c.4.0 -- "3 a.b.c.4.0.2.1"
+}
+
+# --- refusals: A and J -------------------------------------------------------
+
+@test "${SHELL_NAME}: refuses A = 0, which was never admitted" {
+  refused DISPATCH_K8S_ADMISSION=0 DISPATCH_K8S_RESTART=5 DISPATCH_K8S_TOKEN_PREFIX=t
+  assert_equal "$stderr" "dispatch: DISPATCH_K8S_ADMISSION is 0: this execution was not admitted through dispatch"
+}
+
+@test "${SHELL_NAME}: refuses R at the bound 1000000" {
+  refused DISPATCH_K8S_ADMISSION=999999 DISPATCH_K8S_RESTART=1 DISPATCH_K8S_TOKEN_PREFIX=t
+  assert_equal "$stderr" "dispatch: R = A + J = 1000000 reached the bound 1000000"
+  refused DISPATCH_K8S_ADMISSION=999999 DISPATCH_K8S_RESTART=999999 DISPATCH_K8S_TOKEN_PREFIX=t
+}
+
+@test "${SHELL_NAME}: refuses an unset A and an unset J" {
+  refused DISPATCH_K8S_RESTART=1 DISPATCH_K8S_TOKEN_PREFIX=t
+  assert_equal "$stderr" "dispatch: DISPATCH_K8S_ADMISSION is empty or not set"
+  refused DISPATCH_K8S_ADMISSION=1 DISPATCH_K8S_TOKEN_PREFIX=t
+  assert_equal "$stderr" "dispatch: DISPATCH_K8S_RESTART is empty or not set"
+}
+
+BAD_COUNTS=('' '+1' '-1' ' 1' '1 ' '1 2' '01' '010' '08' '00' '0x1' '0X1F' '1e3' '1.0'
+  '1000000' '9999999' '99999999999999999999' '9223372036854775807' 'a' '1a'
+  $'1\n' $'\n1' '١' '１' '1*' '?' '$((1))' '`true`' '$(true)')
+
+@test "${SHELL_NAME}: refuses every class of bad A (empty, sign, space, leading zero, hex, exponent, 7+ digits, huge, non-ASCII)" {
+  local v
+  for v in "${BAD_COUNTS[@]}"; do
+    refused "DISPATCH_K8S_ADMISSION=$v" DISPATCH_K8S_RESTART=1 DISPATCH_K8S_TOKEN_PREFIX=t
+    [[ $stderr == "dispatch: DISPATCH_K8S_ADMISSION "* ]] || fail "A=[$v]: $stderr"
+  done
+}
+
+@test "${SHELL_NAME}: refuses every class of bad J" {
+  local v
+  for v in "${BAD_COUNTS[@]}"; do
+    refused DISPATCH_K8S_ADMISSION=1 "DISPATCH_K8S_RESTART=$v" DISPATCH_K8S_TOKEN_PREFIX=t
+    [[ $stderr == "dispatch: DISPATCH_K8S_RESTART "* ]] || fail "J=[$v]: $stderr"
+  done
+}
+
+@test "${SHELL_NAME}: a leading zero is refused, never read as octal or decimal" {
+  refused DISPATCH_K8S_ADMISSION=010 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_TOKEN_PREFIX=t
+  assert_equal "$stderr" "dispatch: DISPATCH_K8S_ADMISSION is not 0 or a decimal of at most 6 digits without a leading zero"
+}
+
+# --- refusals: prefixes ------------------------------------------------------
+
+@test "${SHELL_NAME}: refuses a bad epoch prefix (zero, leading zero, 14 digits, sign, letters)" {
+  local v
+  for v in 0 01 00000000000001 12345678901234 -1 +1 ' 1' 1a x $'1\n' '1 ' '*'; do
+    refused DISPATCH_K8S_ADMISSION=1 DISPATCH_K8S_RESTART=0 "DISPATCH_K8S_EPOCH_PREFIX=$v" DISPATCH_K8S_TOKEN_PREFIX=t
+    [[ $stderr == "dispatch: DISPATCH_K8S_EPOCH_PREFIX "* ]] || fail "prefix=[$v]: $stderr"
+  done
+}
+
+@test "${SHELL_NAME}: refuses an epoch past the signed 64-bit bound" {
+  refused DISPATCH_K8S_ADMISSION=775808 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=9223372036854 DISPATCH_K8S_TOKEN_PREFIX=t
+  assert_equal "$stderr" "dispatch: epoch 9223372036854775808 does not fit a signed 64-bit integer"
+  refused DISPATCH_K8S_ADMISSION=1 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=9223372036855 DISPATCH_K8S_TOKEN_PREFIX=t
+  refused DISPATCH_K8S_ADMISSION=1 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=9223373000000 DISPATCH_K8S_TOKEN_PREFIX=t
+  refused DISPATCH_K8S_ADMISSION=1 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=9999999999999 DISPATCH_K8S_TOKEN_PREFIX=t
+}
+
+@test "${SHELL_NAME}: refuses an empty or unset token prefix" {
+  refused DISPATCH_K8S_ADMISSION=1 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_TOKEN_PREFIX=
+  assert_equal "$stderr" "dispatch: DISPATCH_K8S_TOKEN_PREFIX is empty or not set"
+  refused DISPATCH_K8S_ADMISSION=1 DISPATCH_K8S_RESTART=0
+}
+
+# --- the command -------------------------------------------------------------
+
+@test "${SHELL_NAME}: refuses to run without a command" {
+  run -125 --separate-stderr prologue "${OK_ENV[@]}"
+  assert_output ''
+  assert_equal "$stderr" "dispatch: no command to run"
+}
+
+@test "${SHELL_NAME}: refuses an empty command name" {
+  run -125 --separate-stderr prologue "${OK_ENV[@]}" -- '' arg
+  assert_equal "$stderr" "dispatch: no command to run"
+}
+
+@test "${SHELL_NAME}: passes arguments with spaces, quotes, globs and newlines intact" {
+  run -0 --separate-stderr prologue "${OK_ENV[@]}" -- /usr/bin/printf '[%s]\n' \
+    'a b' '"q"' "'s'" '*' '$HOME' $'x\ny' '' '-n' '\t' '  lead'
+  assert_output "$(printf '[%s]\n' 'a b' '"q"' "'s'" '*' '$HOME' $'x\ny' '' '-n' '\t' '  lead')"
+}
+
+@test "${SHELL_NAME}: passes the command's exit status through" {
+  local s
+  for s in 0 1 42 124 125 255; do
+    run -"$s" prologue "${OK_ENV[@]}" -- /bin/sh -c "exit $s"
+  done
+}
+
+@test "${SHELL_NAME}: a command that cannot be found exits 127 from the shell" {
+  run -127 prologue "${OK_ENV[@]}" -- /nonexistent/cmd
+}
+
+@test "${SHELL_NAME}: the command keeps the shell's PID (exec, not a child)" {
+  env -i "${BASE_ENV[@]}" "${OK_ENV[@]}" "${SH[@]}" -c "$PROLOGUE" dispatch-prologue \
+    /bin/sh -c 'echo $$' >"$BATS_TEST_TMPDIR/pid" &
+  local pid=$!
+  wait "$pid"
+  assert_equal "$(cat "$BATS_TEST_TMPDIR/pid")" "$pid"
+}
+
+# --- the environment ---------------------------------------------------------
+
+@test "${SHELL_NAME}: the command sees DISPATCH_EPOCH and DISPATCH_ATTEMPT, no DISPATCH_K8S_*, and the rest untouched" {
+  local user=(R=keep E=also 'SPACED=a b' 'NL=x
+y' DISPATCH_EPOCH=stale)
+  # The same shell's own exports (PWD, SHLVL, ...) are the baseline.
+  local base
+  base=$(env -i "${BASE_ENV[@]}" "${user[@]}" "${SH[@]}" -c 'exec "$@"' x /usr/bin/env -0 |
+    tr '\0\n' '\n\1' | grep -v -e '^_=' -e '^DISPATCH_EPOCH=' | sort)
+  prologue "${OK_ENV[@]}" DISPATCH_K8S_WORKDIR= "${user[@]}" -- /usr/bin/env -0 >"$BATS_TEST_TMPDIR/env"
+  local got
+  got=$(tr '\0\n' '\n\1' <"$BATS_TEST_TMPDIR/env" | grep -v '^_=' | sort)
+  local want
+  want=$(printf '%s\n' "$base" DISPATCH_EPOCH=1000002000005 DISPATCH_ATTEMPT=job-7.2.1.3.2 | sort)
+  assert_equal "$got" "$want"
+}
+
+# --- the working directory ---------------------------------------------------
+
+@test "${SHELL_NAME}: enters DISPATCH_K8S_WORKDIR before the command" {
+  mkdir -p "$BATS_TEST_TMPDIR/w d"
+  run -0 --separate-stderr prologue "${OK_ENV[@]}" "DISPATCH_K8S_WORKDIR=$BATS_TEST_TMPDIR/w d" -- /bin/pwd
+  assert_output "$BATS_TEST_TMPDIR/w d"
+}
+
+@test "${SHELL_NAME}: a relative DISPATCH_K8S_WORKDIR is relative to the start directory and ignores CDPATH" {
+  mkdir -p "$BATS_TEST_TMPDIR/rel" "$BATS_TEST_TMPDIR/elsewhere/rel"
+  run -0 --separate-stderr prologue "${OK_ENV[@]}" DISPATCH_K8S_WORKDIR=rel \
+    "CDPATH=$BATS_TEST_TMPDIR/elsewhere" -- /bin/pwd
+  assert_output "$BATS_TEST_TMPDIR/rel"
+}
+
+@test "${SHELL_NAME}: a DISPATCH_K8S_WORKDIR that cannot be entered is refused" {
+  touch "$BATS_TEST_TMPDIR/file"
+  local w
+  for w in "$BATS_TEST_TMPDIR/missing" "$BATS_TEST_TMPDIR/file" - missing; do
+    refused "${OK_ENV[@]}" "DISPATCH_K8S_WORKDIR=$w" "OLDPWD=/"
+    assert_equal "$stderr" "dispatch: cannot enter the directory named by DISPATCH_K8S_WORKDIR"
+  done
+}
