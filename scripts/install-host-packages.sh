@@ -8,7 +8,7 @@ PACKAGES="
   strace time hyperfine
   podman runc uidmap
   debootstrap musl-tools dpkg-dev build-essential
-  git ca-certificates openssl
+  git ca-certificates openssl curl
 "
 missing=
 for p in $PACKAGES; do
