@@ -1,0 +1,74 @@
+"""Fixtures of the end-to-end suite: a control plane of its own with the real
+Trainer, JobSet and Kueue controllers and kwok on it (tests/e2e/stack.py).
+
+The e2e plane is not the session's shared `control_plane`: installing
+Trainer's and JobSet's webhooks changes how every TrainJob and pod is
+admitted, which would change what the other suites test. So this module
+starts its own plane and stack once per e2e module and stops both after it;
+nothing is left running. When an e2e test fails, every controller's log (and
+the plane's) is attached to its report.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import kubernetes.client
+import pytest
+
+from tests.controlplane import harness
+from tests.e2e import stack as stack_mod
+
+NODES = ("kwok-node-0", "kwok-node-1")
+
+_live: list[stack_mod.Stack] = []
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[stack_mod.Stack]:
+    plane = harness.ControlPlane()
+    plane.start()
+    try:
+        running = stack_mod.Stack(plane, kueue=True)
+        _live.append(running)
+        try:
+            running.start()
+            with plane.api_client() as api:
+                for node in NODES:
+                    running.add_node(api, node)
+            yield running
+        finally:
+            running.stop()
+            _live.remove(running)
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def e2e_namespace(stack: stack_mod.Stack) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    with stack.plane.api_client() as api:
+        core = kubernetes.client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": name}})
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                core.read_namespaced_service_account("default", name)
+                break
+            except kubernetes.client.ApiException as e:
+                if e.status != 404 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield name
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report: pytest.TestReport = yield
+    if report.failed and "stack" in getattr(item, "fixturenames", ()):
+        for running in _live:
+            report.sections.append((f"controller logs ({report.when})", running.logs(lines=150)))
+            report.sections.append((f"control plane logs ({report.when})", running.plane.logs(lines=40)))
+    return report

@@ -1,0 +1,374 @@
+"""The real controllers on top of the test control plane: Kubeflow Trainer's
+controller manager, JobSet's controller, Kueue's manager and kwok, each built
+by tests/e2e/build.sh from its own Go module at its pinned release.
+
+None of the three controllers works without its admission webhooks, so they
+are served for real, on loopback, the way controller-runtime's envtest does it
+(WebhookInstallOptions): one throwaway CA signs a serving certificate for
+127.0.0.1; each controller runs with its own certificate management off and
+that certificate in its cert dir; each project's own webhook configurations,
+read from its module's manifests (with its kustomize patches applied), are
+installed with `clientConfig.url: https://127.0.0.1:<port><path>` and the CA
+bundle instead of a Service.
+
+kwok drives the fake nodes and their pods through Stages: kwok's own
+node-initialize, pod-ready and pod-delete stages (read from its module), and
+one of ours, `pod-exit`, which ends a Running pod with the exit code the test
+wrote into the EXIT_CODE_ANNOTATION: the exit code of the real container the
+test ran for that pod (tests/e2e/execute.py).
+
+Invariants:
+- Every port (webhook, metrics, health) is a free port chosen here; nothing
+  binds beyond 127.0.0.1.
+- A controller is not returned before its readyz answers 200 and its webhook
+  configurations are installed; webhook configurations are installed only
+  after the server behind them is ready (their failurePolicy is Fail).
+- Every process is the control plane harness's `_Process`: its own process
+  group, killed as a group by `stop()`, its log in the plane's log dir (which
+  the e2e conftest prints on failure).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+import pathlib
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import kubernetes.client
+import yaml
+
+from tests.controlplane import harness
+
+HERE = pathlib.Path(__file__).resolve().parent
+READY_TIMEOUT_SECONDS = 120.0
+
+TRAINER = ("github.com/kubeflow/trainer/v2", "v2.3.0")
+JOBSET = ("sigs.k8s.io/jobset", "v0.12.0")
+KUEUE = ("sigs.k8s.io/kueue", "v0.19.2")
+KWOK = ("sigs.k8s.io/kwok", "v0.8.0")
+
+# The pod annotation our kwok stage turns into the container's termination.
+EXIT_CODE_ANNOTATION = "e2e.dispatch.phpboyscout.uk/exit-code"
+# Nodes kwok manages carry this annotation (kwok's own convention).
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+# Kueue's integrations the suite enables, and so the only Kueue webhooks it
+# installs: a webhook for a framework that is not enabled has no handler and,
+# failing closed, would refuse every object of that kind.
+KUEUE_FRAMEWORKS = ("trainer.kubeflow.org/trainjob",)
+KUEUE_WEBHOOK_RESOURCES = {
+    "kueue.x-k8s.io": None,  # every Kueue resource
+    "trainer.kubeflow.org": {"trainjobs"},
+}
+
+
+def build_binaries() -> pathlib.Path:
+    """Run build.sh (a no-op when cached) and return the bin dir it prints."""
+    proc = subprocess.run(["bash", str(HERE / "build.sh")], stdout=subprocess.PIPE, text=True, check=False)
+    if proc.returncode != 0:
+        raise harness.HarnessError(f"tests/e2e/build.sh failed with exit {proc.returncode}")
+    return pathlib.Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _yaml_docs(path: pathlib.Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+    """The subset of RFC 6902 the projects' webhook patches use: add, replace."""
+    for op in ops:
+        if op["op"] not in ("add", "replace"):
+            raise harness.HarnessError(f"unsupported patch op {op['op']}")
+        *parents, last = op["path"].lstrip("/").split("/")
+        target: Any = doc
+        for key in parents:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        if isinstance(target, list):
+            target[int(last)] = op["value"]
+        else:
+            target[last] = op["value"]
+
+
+def loopback_webhooks(docs: list[dict[str, Any]], *, port: int, ca_bundle: str, prefix: str) -> list[dict[str, Any]]:
+    """Point each webhook at https://127.0.0.1:<port><its service path>, with our CA."""
+    out = []
+    for doc in docs:
+        if doc.get("kind") not in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            continue
+        doc = copy.deepcopy(doc)
+        doc["metadata"] = {"name": f"{prefix}-{doc['metadata']['name']}"}
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca_bundle}
+        out.append(doc)
+    return out
+
+
+def _install_webhooks(api: kubernetes.client.ApiClient, docs: list[dict[str, Any]]) -> None:
+    reg = kubernetes.client.AdmissionregistrationV1Api(api)
+    for doc in docs:
+        if doc["kind"] == "MutatingWebhookConfiguration":
+            reg.create_mutating_webhook_configuration(doc)
+        else:
+            reg.create_validating_webhook_configuration(doc)
+
+
+class Stack:
+    """Trainer + JobSet (+ Kueue) + kwok against a started control plane.
+
+    `kueue=True` also runs Kueue with the TrainJob integration; its
+    configuration is written here, so a scenario sets up its queues itself.
+    """
+
+    def __init__(self, plane: Any, *, kueue: bool = False, bin_dir: pathlib.Path | None = None) -> None:
+        self.plane = plane
+        self.bin_dir = bin_dir or build_binaries()
+        self.kueue = kueue
+        self.workdir = pathlib.Path(plane.workdir) / "e2e"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._procs: dict[str, harness._Process] = {}
+        self._webhooks: list[dict[str, Any]] = []
+        self.cert_dir = self.workdir / "webhook-certs"
+        self.ca_bundle = ""
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Stack:
+        try:
+            self._certs()
+            with self.plane.api_client() as api:
+                self._start_jobset(api)
+                self._start_trainer(api)
+                if self.kueue:
+                    self._start_kueue(api)
+            self._start_kwok()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Remove our webhook configurations (while the API is up), then kill every process."""
+        try:
+            with self.plane.api_client() as api:
+                reg = kubernetes.client.AdmissionregistrationV1Api(api)
+                for doc in self._webhooks:
+                    try:
+                        if doc["kind"] == "MutatingWebhookConfiguration":
+                            reg.delete_mutating_webhook_configuration(doc["metadata"]["name"])
+                        else:
+                            reg.delete_validating_webhook_configuration(doc["metadata"]["name"])
+                    except kubernetes.client.ApiException:
+                        pass
+        except Exception:  # the plane may already be gone; the processes still must go
+            pass
+        self._webhooks = []
+        for name in reversed(list(self._procs)):
+            self._procs[name].stop()
+
+    def logs(self, *, lines: int = 200) -> str:
+        return "\n".join(f"---- {name} ({p.log_path})\n{p.tail(lines)}" for name, p in self._procs.items())
+
+    def check_alive(self) -> None:
+        for proc in self._procs.values():
+            proc.check_alive()
+
+    # -- pieces ------------------------------------------------------------
+
+    def _certs(self) -> None:
+        pki = harness._Pki(self.workdir / "pki")
+        crt, key = pki.issue("webhook", subject="/CN=127.0.0.1", server=True)
+        self.cert_dir.mkdir(exist_ok=True)
+        # controller-runtime's webhook server reads tls.crt and tls.key from its cert dir.
+        (self.cert_dir / "tls.crt").write_bytes(pathlib.Path(crt).read_bytes())
+        (self.cert_dir / "tls.key").write_bytes(pathlib.Path(key).read_bytes())
+        self.ca_bundle = base64.b64encode(pathlib.Path(pki.path("ca.crt")).read_bytes()).decode()
+
+    def _run(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> harness._Process:
+        proc = _EnvProcess(name, argv, pathlib.Path(self.plane.log_dir), env=env)
+        self._procs[name] = proc
+        proc.start()
+        return proc
+
+    def _wait_ready(self, name: str, health_port: int) -> None:
+        url = f"http://127.0.0.1:{health_port}/readyz"
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        last = ""
+        while time.monotonic() < deadline:
+            self._procs[name].check_alive()
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except urllib.error.HTTPError as e:
+                last = f"{e.code} {e.read().decode(errors='replace')[-300:]}"
+            except (urllib.error.URLError, OSError) as e:
+                last = str(e)
+            time.sleep(0.2)
+        raise harness.HarnessError(f"{name} not ready at {url} after {READY_TIMEOUT_SECONDS}s: {last}\n"
+                                   f"{self._procs[name].tail()}")
+
+    def _webhooks_up(self, api: kubernetes.client.ApiClient, docs: list[dict[str, Any]]) -> None:
+        _install_webhooks(api, docs)
+        self._webhooks.extend(docs)
+
+    def _config(self, name: str, doc: dict[str, Any]) -> pathlib.Path:
+        path = self.workdir / f"{name}.config.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    def _env(self) -> dict[str, str]:
+        return {"KUBECONFIG": str(self.plane.kubeconfig)}
+
+    def _start_jobset(self, api: kubernetes.client.ApiClient) -> None:
+        webhook, metrics, health = (harness._free_port() for _ in range(3))
+        config = self._config("jobset", {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"port": webhook, "host": "127.0.0.1", "certDir": str(self.cert_dir)},
+            "metrics": {"bindAddress": f"127.0.0.1:{metrics}", "certDir": str(self.cert_dir)},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+        })
+        self._run("jobset-controller", [str(self.bin_dir / "jobset-controller"), f"--config={config}",
+                                        "--zap-log-level=2"], env=self._env())
+        self._wait_ready("jobset-controller", health)
+        root = harness.module_dir(*JOBSET) / "config/components/webhook"
+        docs = _yaml_docs(root / "manifests.yaml")
+        patches = {"MutatingWebhookConfiguration": "mutating-patch.yaml",
+                   "ValidatingWebhookConfiguration": "validating-patch.yaml"}
+        for doc in docs:
+            if doc.get("kind") in patches:
+                _json_patch(doc, yaml.safe_load((root / "patches" / patches[doc["kind"]]).read_text()))
+        self._webhooks_up(api, loopback_webhooks(docs, port=webhook, ca_bundle=self.ca_bundle, prefix="e2e-jobset"))
+
+    def _start_trainer(self, api: kubernetes.client.ApiClient) -> None:
+        webhook, metrics, health = (harness._free_port() for _ in range(3))
+        config = self._config("trainer", {
+            "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+            "kind": "Configuration",
+            "webhook": {"port": webhook, "host": "127.0.0.1"},
+            "metrics": {"bindAddress": f"127.0.0.1:{metrics}", "secureServing": False},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+            "leaderElection": {"leaderElect": False},
+            "certManagement": {"enable": False},
+        })
+        # Trainer's Configuration has no cert dir: its webhook server uses
+        # controller-runtime's default, $TMPDIR/k8s-webhook-server/serving-certs.
+        tmp = self.workdir / "trainer-tmp"
+        serving = tmp / "k8s-webhook-server" / "serving-certs"
+        serving.mkdir(parents=True, exist_ok=True)
+        for f in ("tls.crt", "tls.key"):
+            (serving / f).write_bytes((self.cert_dir / f).read_bytes())
+        self._run("trainer-controller-manager",
+                  [str(self.bin_dir / "trainer-controller-manager"), f"--config={config}", "--zap-log-level=2"],
+                  env={**self._env(), "TMPDIR": str(tmp)})
+        self._wait_ready("trainer-controller-manager", health)
+        root = harness.module_dir(*TRAINER) / "manifests/base/webhook"
+        docs = _yaml_docs(root / "manifests.yaml")
+        patches = {"MutatingWebhookConfiguration": "patch_mutating.yaml",
+                   "ValidatingWebhookConfiguration": "patch_validating.yaml"}
+        for doc in docs:
+            if doc.get("kind") in patches:
+                _json_patch(doc, yaml.safe_load((root / patches[doc["kind"]]).read_text()))
+        self._webhooks_up(api, loopback_webhooks(docs, port=webhook, ca_bundle=self.ca_bundle,
+                                                 prefix="e2e-trainer"))
+
+    def _start_kueue(self, api: kubernetes.client.ApiClient) -> None:
+        webhook, metrics, health = (harness._free_port() for _ in range(3))
+        config = self._config("kueue", {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+            "kind": "Configuration",
+            "namespace": "kueue-system",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"port": webhook, "host": "127.0.0.1", "certDir": str(self.cert_dir)},
+            "metrics": {"bindAddress": f"127.0.0.1:{metrics}"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
+            "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        })
+        kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": "kueue-system"}})
+        self._run("kueue", [str(self.bin_dir / "kueue"), f"--config={config}", "--zap-log-level=2"],
+                  env=self._env())
+        self._wait_ready("kueue", health)
+        root = harness.module_dir(*KUEUE) / "config/components/webhook"
+        docs = _yaml_docs(root / "manifests.yaml")
+        for doc in docs:
+            doc["webhooks"] = [h for h in doc.get("webhooks", []) if _kueue_wants(h)]
+        self._webhooks_up(api, loopback_webhooks(docs, port=webhook, ca_bundle=self.ca_bundle, prefix="e2e-kueue"))
+
+    def _start_kwok(self) -> None:
+        root = harness.module_dir(*KWOK) / "kustomize/stage"
+        stages = [*_yaml_docs(root / "node/fast/node-initialize.yaml"),
+                  *_yaml_docs(root / "pod/fast/pod-ready.yaml"),
+                  *_yaml_docs(root / "pod/fast/pod-delete.yaml"),
+                  *_yaml_docs(HERE / "kwok-stages.yaml")]
+        config = self.workdir / "kwok.yaml"
+        config.write_text(yaml.safe_dump_all(stages))
+        self._run("kwok", [
+            str(self.bin_dir / "kwok"), f"--kubeconfig={self.plane.kubeconfig}", f"--config={config}",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+            "--manage-all-nodes=false",
+        ], env={"HOME": str(self.workdir)})  # kwok also reads ~/.kwok/kwok.yaml: keep the user's out
+
+    def add_node(self, api: kubernetes.client.ApiClient, name: str, *, cpu: str = "8", memory: str = "16Gi",
+                 timeout: float = 30.0) -> None:
+        """A Node kwok manages; returns once kwok has made it Ready."""
+        core = kubernetes.client.CoreV1Api(api)
+        core.create_node({
+            "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                         "labels": {"type": "kwok", "kubernetes.io/hostname": name}},
+            "status": {"capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+                       "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"}},
+        })
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._procs["kwok"].check_alive()
+            node = core.read_node(name)
+            if any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])):
+                # The apiserver taints a new Node not-ready; the node lifecycle
+                # controller, which the plane does not run, lifts the taint once
+                # the node reports Ready. Do that one step of its job here.
+                core.patch_node(name, {"spec": {"taints": None}})
+                return
+            time.sleep(0.2)
+        raise harness.HarnessError(f"kwok did not make node {name} Ready in {timeout}s\n{self._procs['kwok'].tail()}")
+
+
+def _kueue_wants(hook: dict[str, Any]) -> bool:
+    for rule in hook.get("rules", []):
+        for group in rule.get("apiGroups", []):
+            if group in KUEUE_WEBHOOK_RESOURCES:
+                wanted = KUEUE_WEBHOOK_RESOURCES[group]
+                if wanted is None or set(rule.get("resources", [])) & wanted:
+                    return True
+    return False
+
+
+class _EnvProcess(harness._Process):
+    """The harness's process (own group, own log) with an environment of its own."""
+
+    def __init__(self, name: str, argv: list[str], log_dir: pathlib.Path, *, env: dict[str, str] | None) -> None:
+        super().__init__(name, argv, log_dir)
+        self.env = env
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            log.write(f"==== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(self.env or {})}
+            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True, env=env)
