@@ -1,34 +1,58 @@
 #!/usr/bin/env bash
-# Builds the local images the tests and the demo run in. No registry is
-# reachable, so every base is made here from Debian packages:
-#   busybox  Debian's busybox-static (glibc, static) and its applet links
-#   alpine   busybox ash on musl, built from Debian's busybox source with
-#            musl-gcc (allnoconfig plus ash and a few applets): Alpine's pair
-#   debian   debootstrap --variant=minbase bookworm
-#   scratch  one static binary and no /bin/sh, to show how that fails
-# then the sample trainer (images/sample-trainer.Containerfile) on each base.
-# Idempotent: an image is rebuilt only when the hash of its inputs changed.
+# Builds the local images the tests and the demo run in (docs/images.md).
+# No registry is reachable, so every base is made here from Debian packages:
+#   busybox  Debian's busybox-static (static glibc) and its applet links
+#   alpine   busybox ash on musl, built statically from Debian's busybox
+#            source with musl-gcc (allnoconfig plus images/base/alpine/
+#            busybox.config): Alpine's pair
+#   debian   debootstrap --variant=minbase bookworm (/bin/sh is dash)
+#   scratch  one static test binary and no /bin/sh, to show how that fails
+# then images/sample-trainer.Containerfile on each of the three with /bin/sh.
+#
+# Idempotent: each image carries the label dispatch.inputs, a hash of what it
+# is made of (its input files and the text of the function that builds it);
+# an image whose label matches is left alone. Slow steps (the musl busybox,
+# the debootstrap tree) are cached under $DISPATCH_CACHE (~/.cache/dispatch-k8s).
+# Never touches /etc/containers: podman reads scripts/containers.conf.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 export CONTAINERS_CONF="$repo/scripts/containers.conf"
 cache=${DISPATCH_CACHE:-$HOME/.cache/dispatch-k8s}/images
 mkdir -p "$cache"
-BB_VERSION=1.35.0
 
-# image_is_current NAME HASH: the image exists and was built from HASH.
-image_is_current() {
-  [[ $(podman image inspect --format '{{index .Labels "dispatch.inputs"}}' "$1" 2>/dev/null) == "$2" ]]
+for tool in podman runc busybox debootstrap musl-gcc dpkg-source; do
+  command -v "$tool" >/dev/null || { echo "build-images: $tool is missing (make deps)" >&2; exit 1; }
+done
+
+# hash_of FILE...: a short hash of the files' contents, in order.
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+# ensure NAME BUILDER INPUT...: runs `BUILDER NAME HASH` unless the image NAME
+# exists with the label dispatch.inputs=HASH; removes the image it replaced.
+ensure() {
+  local name=$1 builder=$2 h old start
+  shift 2
+  h=$(hash_of <(declare -f "$builder" import_rootfs link_applets) "$@")
+  old=$(podman image inspect --format '{{.Id}} {{index .Labels "dispatch.inputs"}}' "$name" 2>/dev/null || true)
+  if [[ ${old#* } == "$h" ]]; then
+    return 0
+  fi
+  start=$SECONDS
+  "$builder" "$name" "$h"
+  echo "built $name in $((SECONDS - start)) s"
+  # The replaced image, if nothing else uses it (never a global prune:
+  # teammates' images and builds share this storage).
+  [[ -z $old ]] || podman rmi "${old%% *}" >/dev/null 2>&1 || true
 }
 
-# import_rootfs NAME HASH DIR: a root filesystem directory as an image.
+# import_rootfs NAME HASH DIR CMD: the directory DIR as a one-layer image.
 import_rootfs() {
-  tar -C "$3" --numeric-owner -c . |
-    podman import -q --change "LABEL dispatch.inputs=$2" --change 'CMD ["/bin/sh"]' - "$1" >/dev/null
-  echo "built $1"
+  tar -C "$3" --numeric-owner --owner=0 --group=0 -c . |
+    podman import -q --change "LABEL dispatch.inputs=$2" --change "CMD $4" - "$1" >/dev/null
 }
 
-# link_applets ROOT: a link in ROOT/bin for every applet of ROOT/bin/busybox.
+# link_applets ROOT: ROOT/bin/APPLET -> busybox for every applet it has.
 link_applets() {
   local a
   for a in $("$1/bin/busybox" --list); do
@@ -36,87 +60,117 @@ link_applets() {
   done
 }
 
-hash_of() { cat "$@" | sha256sum | cut -c1-16; }
-self=$(hash_of "$0")
-
-# --- busybox (glibc, static) ------------------------------------------------
-name=localhost/dispatch-base/busybox:1.35-static
-h=$(hash_of /usr/bin/busybox <(echo "$self"))
-if ! image_is_current "$name" "$h"; then
-  root=$(mktemp -d); mkdir -p "$root/bin" "$root/tmp"
-  cp /usr/bin/busybox "$root/bin/busybox"
+# --- busybox: Debian's busybox-static --------------------------------------
+build_busybox() {
+  local root
+  root=$(mktemp -d)
+  mkdir -p "$root/bin" "$root/tmp"
+  chmod 0755 "$root" && chmod 1777 "$root/tmp"
+  cp "$(command -v busybox)" "$root/bin/busybox"
   link_applets "$root"
-  import_rootfs "$name" "$h" "$root"; rm -rf "$root"
-fi
+  import_rootfs "$1" "$2" "$root" '["/bin/sh"]'
+  rm -rf "$root"
+}
+ensure localhost/dispatch-base/busybox:1.35-static build_busybox "$(command -v busybox)"
 
-# --- alpine: busybox ash on musl ----------------------------------------------
-musl_bb=$cache/busybox-$BB_VERSION-musl
-if [[ ! -x $musl_bb ]]; then
-  src=$(mktemp -d)
-  # Debian's sources, from the same archive as its binaries: a deb-src twin of
-  # the first deb822 sources file (written once; the host stays as configured).
-  if ! grep -rqs '^Types: deb-src' /etc/apt/sources.list.d/; then
-    first=$(find /etc/apt/sources.list.d -name "*.sources" | sort | head -n1)
-    sed 's/^Types: deb$/Types: deb-src/' "$first" >/etc/apt/sources.list.d/dispatch-deb-src.sources
+# --- alpine: busybox ash on musl, from Debian's source ----------------------
+# fetch_busybox_source DIR: Debian's busybox source, unpacked in DIR. apt has
+# no deb-src entry by default; one is added beside the host's own entries
+# (same archives, Types: deb-src) in a file of our own.
+fetch_busybox_source() {
+  local src=/etc/apt/sources.list.d/dispatch-k8s-deb-src.sources first
+  if ! apt-cache showsrc busybox 2>/dev/null | grep -q '^Package: busybox'; then
+    first=$(grep -l '^Types: deb$' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 || true)
+    if [[ -n $first ]]; then
+      sed 's/^Types: deb$/Types: deb-src/' "$first" >"$src"
+    elif grep -qs '^deb ' /etc/apt/sources.list; then
+      sed -n 's/^deb /deb-src /p' /etc/apt/sources.list >"${src%.sources}.list"
+    else
+      echo "build-images: no Debian apt source to derive a deb-src entry from" >&2
+      return 1
+    fi
     apt-get update -qq
   fi
-  (cd "$src" && apt-get source -qq busybox >/dev/null 2>&1)
-  cd "$src"/busybox-$BB_VERSION
-  make allnoconfig >/dev/null
-  for o in BUSYBOX STATIC ASH SH_IS_ASH BASH_IS_NONE ASH_OPTIMIZE_FOR_SIZE ASH_ECHO ASH_TEST ASH_PRINTF \
-    FEATURE_SH_MATH FEATURE_SH_MATH_64 ECHO TEST TEST1 TEST2 PRINTF ENV TRUE FALSE CAT PWD LS \
-    SLEEP ID MKDIR CHMOD; do
-    sed -i "s/^# CONFIG_$o is not set/CONFIG_$o=y/" .config
-  done
-  { yes '' || true; } | make oldconfig >/dev/null 2>&1
-  make -j"$(nproc)" CC=musl-gcc busybox >"$cache/busybox-musl-build.log" 2>&1
-  cp busybox "$musl_bb.tmp" && mv "$musl_bb.tmp" "$musl_bb"
-  cd "$repo"; rm -rf "$src"
-fi
-name=localhost/dispatch-base/alpine:busybox-1.35-ash-musl-static
-h=$(hash_of "$musl_bb" <(echo "$self"))
-if ! image_is_current "$name" "$h"; then
-  root=$(mktemp -d); mkdir -p "$root/bin" "$root/tmp"
-  cp "$musl_bb" "$root/bin/busybox"
-  link_applets "$root"
-  import_rootfs "$name" "$h" "$root"; rm -rf "$root"
+  (cd "$1" && apt-get source -qq busybox >/dev/null 2>&1)
+}
+
+# build_musl_busybox OUT: allnoconfig, the fragment's options turned on, each
+# checked to have stuck, compiled statically with musl-gcc.
+build_musl_busybox() {
+  local tmp dir line
+  tmp=$(mktemp -d)
+  fetch_busybox_source "$tmp"
+  dir=$(echo "$tmp"/busybox-*/)
+  make -C "$dir" allnoconfig >/dev/null 2>&1
+  while IFS= read -r line; do
+    [[ $line == CONFIG_*=y ]] && sed -i "s/^# ${line%=y} is not set\$/$line/" "$dir/.config"
+  done <images/base/alpine/busybox.config
+  { yes '' || true; } | make -C "$dir" oldconfig >/dev/null 2>&1
+  while IFS= read -r line; do
+    [[ $line != CONFIG_*=y ]] || grep -qx "$line" "$dir/.config" ||
+      { echo "build-images: busybox rejected $line" >&2; return 1; }
+  done <images/base/alpine/busybox.config
+  make -C "$dir" -j"$(nproc)" CC=musl-gcc busybox >"$cache/busybox-musl-build.log" 2>&1
+  cp "$dir/busybox" "$1.tmp" && mv "$1.tmp" "$1"
+  rm -rf "$tmp"
+}
+bb_version=$(dpkg-query -W -f='${Version}' busybox-static)
+musl_bb=$cache/busybox-musl-$(hash_of images/base/alpine/busybox.config <(echo "$bb_version" && declare -f build_musl_busybox))
+if [[ ! -x $musl_bb ]]; then
+  start=$SECONDS
+  build_musl_busybox "$musl_bb"
+  echo "built the musl busybox ($bb_version) in $((SECONDS - start)) s"
 fi
 
-# --- debian: debootstrap minbase ----------------------------------------------
+build_alpine() {
+  local root
+  root=$(mktemp -d)
+  mkdir -p "$root/bin" "$root/tmp"
+  chmod 0755 "$root" && chmod 1777 "$root/tmp"
+  cp "$musl_bb" "$root/bin/busybox"
+  link_applets "$root"
+  import_rootfs "$1" "$2" "$root" '["/bin/sh"]'
+  rm -rf "$root"
+}
+ensure localhost/dispatch-base/alpine:busybox-1.35-ash-musl-static build_alpine "$musl_bb"
+
+# --- debian: debootstrap minbase -------------------------------------------
 deb_tar=$cache/debian-bookworm-minbase.tar
 if [[ ! -s $deb_tar ]]; then
+  start=$SECONDS
   root=$(mktemp -d)
   debootstrap --variant=minbase bookworm "$root" >"$cache/debootstrap.log" 2>&1
   rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
   tar -C "$root" --numeric-owner -cf "$deb_tar.tmp" . && mv "$deb_tar.tmp" "$deb_tar"
   rm -rf "$root"
+  echo "debootstrapped bookworm minbase in $((SECONDS - start)) s"
 fi
-name=localhost/dispatch-base/debian:bookworm-minbase
-h=$(hash_of <(stat -c '%s %Y' "$deb_tar") <(echo "$self"))
-if ! image_is_current "$name" "$h"; then
-  podman import -q --change "LABEL dispatch.inputs=$h" --change 'CMD ["/bin/bash"]' "$deb_tar" "$name" >/dev/null
-  echo "built $name"
-fi
+build_debian() {
+  podman import -q --change "LABEL dispatch.inputs=$2" --change 'CMD ["/bin/bash"]' "$deb_tar" "$1" >/dev/null
+}
+# The tarball's size and time stand for its content (hashing 120 MB each run
+# would cost more than the rest of a cached run).
+ensure localhost/dispatch-base/debian:bookworm-minbase build_debian <(stat -c '%s %Y' "$deb_tar")
 
-# --- scratch: no /bin/sh -------------------------------------------------------
-name=localhost/dispatch-base/scratch:no-sh
-h=$(hash_of "$musl_bb" <(echo "$self"))
-if ! image_is_current "$name" "$h"; then
-  root=$(mktemp -d); mkdir -p "$root/bin"
-  cp "$musl_bb" "$root/bin/busybox"
-  import_rootfs "$name" "$h" "$root"; rm -rf "$root"
-fi
+# --- scratch: a static binary and no /bin/sh ----------------------------------
+build_scratch() {
+  local root
+  root=$(mktemp -d)
+  chmod 0755 "$root"
+  musl-gcc -static -Os -s -o "$root/hello" images/base/scratch/hello.c
+  import_rootfs "$1" "$2" "$root" '["/hello"]'
+  rm -rf "$root"
+}
+ensure localhost/dispatch-base/scratch:no-sh build_scratch images/base/scratch/hello.c
 
-# --- the sample trainer on each base -----------------------------------------
+# --- the sample trainer on each base ----------------------------------------
+# build_trainer NAME HASH: images/sample-trainer.Containerfile on $base.
+build_trainer() {
+  podman build -q --isolation chroot --build-arg "BASE=localhost/dispatch-base/$base" \
+    --label "dispatch.inputs=$2" -f images/sample-trainer.Containerfile -t "$1" . >/dev/null
+}
 for base in busybox:1.35-static alpine:busybox-1.35-ash-musl-static debian:bookworm-minbase; do
-  flavour=${base%%:*}
-  name=localhost/dispatch/sample-trainer:$flavour
-  h=$(hash_of images/sample-trainer.Containerfile images/sample-trainer/train \
-    <(podman image inspect --format '{{.Id}}' "localhost/dispatch-base/$base"))
-  if ! image_is_current "$name" "$h"; then
-    podman build -q --isolation chroot --build-arg "BASE=localhost/dispatch-base/$base" \
-      --label "dispatch.inputs=$h" -f images/sample-trainer.Containerfile -t "$name" . >/dev/null
-    echo "built $name"
-  fi
+  ensure "localhost/dispatch/sample-trainer:${base%%:*}" build_trainer \
+    images/sample-trainer.Containerfile images/sample-trainer/train \
+    <(podman image inspect --format '{{.Id}}' "localhost/dispatch-base/$base")
 done
-podman image prune -f >/dev/null
