@@ -31,7 +31,7 @@ def stack() -> Iterator[stack_mod.Stack]:
     plane = harness.ControlPlane()
     plane.start()
     try:
-        running = stack_mod.Stack(plane, kueue=True)
+        running = stack_mod.Stack(plane)
         _live.append(running)
         try:
             running.start()

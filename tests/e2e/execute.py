@@ -19,11 +19,16 @@ an error, never an empty value.
 from __future__ import annotations
 
 import dataclasses
+import os
+import pathlib
 import re
 import subprocess
 from typing import Any
 
 Obj = dict[str, Any]
+
+# The project's podman settings (scripts/containers.conf), as every podman call here uses.
+CONTAINERS_CONF = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "containers.conf"
 
 _FIELD_KEY = re.compile(r"^metadata\.(annotations|labels)\['([^']*)'\]$")
 
@@ -133,7 +138,8 @@ def run(pod: Obj, *, container_name: str, timeout: float = 60.0) -> Execution:
         argv += ["--entrypoint", command[0], container["image"], *command[1:], *args]
     else:
         argv += [container["image"], *args]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                          env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)})
     return Execution(pod=pod["metadata"]["name"], exit_code=proc.returncode, stdout=proc.stdout,
                      stderr=proc.stderr, epoch=_printed(proc.stdout, "DISPATCH_EPOCH"),
                      attempt=_printed(proc.stdout, "DISPATCH_ATTEMPT"))
