@@ -381,6 +381,8 @@ class ControlPlane:
             str(binary("kube-apiserver", self.bin_dir)),
             f"--etcd-servers={self.etcd_url}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
+            # No kubernetes Service endpoints: a loopback advertise address is refused by the reconciler.
+            "--endpoint-reconciler-type=none",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--tls-cert-file={serving[0]}", f"--tls-private-key-file={serving[1]}",
             f"--client-ca-file={self.ca_file}",
