@@ -55,6 +55,13 @@ refused() {
   [[ ! -e $BATS_TEST_TMPDIR/ran ]] || fail "the command ran"
 }
 
+# refused_cmd CMD: the prologue, with valid inputs, refuses to run CMD.
+refused_cmd() {
+  run -125 --separate-stderr prologue "${OK_ENV[@]}" -- "$@"
+  assert_output ''
+  [[ $stderr == dispatch:\ * && $stderr != *$'\n'* ]] || fail "stderr is not one dispatch: line: $stderr"
+}
+
 # sees VAR=VALUE... -- EXPECTED: the command saw exactly EXPECTED
 sees() {
   local vars=()
