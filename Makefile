@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv images controlplane test test-prologue test-python demo cluster-up cluster-down e2e bench clean
+.PHONY: deps venv images controlplane controllers test test-prologue test-python demo cluster-up cluster-down e2e bench clean
 
 deps:
 	sh scripts/install-host-packages.sh
@@ -24,7 +24,13 @@ images: venv
 controlplane: deps
 	bash tests/controlplane/build.sh
 
-test: venv images controlplane
+controllers: deps
+	bash tests/e2e/build.sh
+
+e2e: venv images controlplane controllers
+	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e
+
+test: venv images controlplane controllers
 	bash scripts/run-tests.sh
 
 test-prologue: venv images
