@@ -172,7 +172,7 @@ def install_crds(api: kubernetes.client.ApiClient, *, timeout: float = 60.0) -> 
     for name in names:
         while True:
             crd = crds.get_cluster_custom_object(group, version, plural, name)
-            conditions = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+            conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
             if conditions.get("Established") == "True":
                 break
             if time.monotonic() > deadline:
