@@ -21,7 +21,7 @@ export CONTAINERS_CONF="$repo/scripts/containers.conf"
 cache=${DISPATCH_CACHE:-$HOME/.cache/dispatch-k8s}/images
 mkdir -p "$cache"
 
-for tool in podman runc busybox debootstrap musl-gcc dpkg-source; do
+for tool in podman runc busybox debootstrap musl-gcc dpkg-source readelf curl; do
   command -v "$tool" >/dev/null || { echo "build-images: $tool is missing (make deps)" >&2; exit 1; }
 done
 
@@ -111,6 +111,11 @@ build_musl_busybox() {
       { echo "build-images: busybox rejected $line" >&2; return 1; }
   done <images/base/alpine/busybox.config
   make -C "$dir" -j"$(nproc)" CC=musl-gcc busybox >"$cache/busybox-musl-build.log" 2>&1
+  # Static: no program interpreter (a dynamic musl binary would need /lib/ld-musl-*).
+  if readelf -l "$dir/busybox" | grep -q INTERP; then
+    echo "build-images: the musl busybox is not static" >&2
+    return 1
+  fi
   cp "$dir/busybox" "$1.tmp" && mv "$1.tmp" "$1"
   rm -rf "$tmp"
 }
@@ -120,6 +125,8 @@ if [[ ! -x $musl_bb ]]; then
   start=$SECONDS
   build_musl_busybox "$musl_bb"
   echo "built the musl busybox ($bb_version) in $((SECONDS - start)) s"
+  # Binaries of earlier fragments or recipes are not used again.
+  find "$cache" -maxdepth 1 -name 'busybox-musl-*' ! -name "${musl_bb##*/}" ! -name '*.log' -delete
 fi
 
 build_alpine() {

@@ -27,9 +27,11 @@ setup() {
       assert_output "$(printf '%s\n' ash chmod env mkdir sh)"
       ;;
     debian)
-      run -0 in_image "${OK[@]}" -- sh -c 'readlink /bin/sh; read -r v </etc/debian_version; echo "$v"'
+      run -0 in_image "${OK[@]}" -- sh -c \
+        'readlink /bin/sh; dpkg-query -W -f="\${Version}\n" dash; read -r v </etc/debian_version; echo "$v"'
       assert_line --index 0 dash
-      assert_line --index 1 --regexp '^12\.[0-9]+$'
+      assert_line --index 1 --regexp '^0\.5\.12-'
+      assert_line --index 2 --regexp '^12\.[0-9]+$'
       ;;
     *) fail "no identity check for image $IMAGE_NAME" ;;
   esac
