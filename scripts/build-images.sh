@@ -80,7 +80,9 @@ ensure localhost/dispatch-base/busybox:1.35-static build_busybox "$(command -v b
 fetch_busybox_source() {
   local src=/etc/apt/sources.list.d/dispatch-k8s-deb-src.sources first
   if ! apt-cache showsrc busybox 2>/dev/null | grep -q '^Package: busybox'; then
-    first=$(grep -l '^Types: deb$' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 || true)
+    # Debian's own archive first (signed by its keyring), not a third party's.
+    first=$({ grep -l 'debian-archive-keyring' /etc/apt/sources.list.d/*.sources
+      grep -l '^Types: deb$' /etc/apt/sources.list.d/*.sources; } 2>/dev/null | head -n1 || true)
     if [[ -n $first ]]; then
       sed 's/^Types: deb$/Types: deb-src/' "$first" >"$src"
     elif grep -qs '^deb ' /etc/apt/sources.list; then
