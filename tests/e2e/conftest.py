@@ -27,11 +27,13 @@ _live: list[stack_mod.Stack] = []
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[stack_mod.Stack]:
+def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
+    """A module sets E2E_KUEUE = True to run Kueue and our controller too."""
+    kueue = bool(getattr(request.module, "E2E_KUEUE", False))
     plane = harness.ControlPlane()
     plane.start()
     try:
-        running = stack_mod.Stack(plane)
+        running = stack_mod.Stack(plane, kueue=kueue)
         _live.append(running)
         try:
             running.start()

@@ -35,6 +35,7 @@ import copy
 import os
 import pathlib
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -154,6 +155,8 @@ class Stack:
                 if self.kueue:
                     self._start_kueue(api)
             self._start_kwok()
+            if self.kueue:
+                self._start_dispatch_controller()
         except BaseException:
             self.stop()
             raise
@@ -299,10 +302,25 @@ class Stack:
             "metrics": {"bindAddress": f"127.0.0.1:{metrics}"},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
             "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+            # The on-demand visibility API server (an aggregated API with its own
+            # fixed cert path) is not part of admission; leave it off.
+            "featureGates": {"VisibilityOnDemand": False},
         })
         kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": "kueue-system"}})
-        self._run("kueue", [str(self.bin_dir / "kueue"), f"--config={config}", "--zap-log-level=2"],
-                  env=self._env())
+        # With its certificate management off, Kueue v0.19.2 reads its metrics
+        # certificate from the fixed path /etc/kueue/metrics/certs. Give it that
+        # path without touching the host: a private mount namespace in which
+        # /etc is a read-only overlay of our directory on the real /etc.
+        overlay = self.workdir / "kueue-etc"
+        certs = overlay / "kueue" / "metrics" / "certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        for f in ("tls.crt", "tls.key"):
+            (certs / f).write_bytes((self.cert_dir / f).read_bytes())
+        self._run("kueue", [
+            "unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount -t overlay overlay -o "lowerdir=$1:/etc" /etc && shift && exec "$@"', "kueue-mount-ns",
+            str(overlay), str(self.bin_dir / "kueue"), f"--config={config}", "--zap-log-level=2",
+        ], env=self._env())
         self._wait_ready("kueue", health)
         root = harness.module_dir(*KUEUE) / "config/components/webhook"
         docs = _yaml_docs(root / "manifests.yaml")
@@ -323,6 +341,16 @@ class Stack:
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
             "--manage-all-nodes=false",
         ], env={"HOME": str(self.workdir)})  # kwok also reads ~/.kwok/kwok.yaml: keep the user's out
+
+    def _start_dispatch_controller(self) -> None:
+        """Our admission-check controller and reset detector (`toolkit controller`)."""
+        health = harness._free_port()
+        toolkit_cli = pathlib.Path(sys.executable).parent / "toolkit"
+        self._run("dispatch-controller", [
+            str(toolkit_cli), "controller", f"--kubeconfig={self.plane.kubeconfig}", "--no-leader-elect",
+            f"--health-port={health}", "--workers=2",
+        ], env={"HOME": str(self.workdir)})
+        self._wait_ready("dispatch-controller", health)
 
     def add_node(self, api: kubernetes.client.ApiClient, name: str, *, cpu: str = "8", memory: str = "16Gi",
                  timeout: float = 30.0) -> None:
