@@ -130,7 +130,6 @@ try A=1 J=0 P=-1 T=t -- echo ran
 try A=1 J=0 P=10000000000000 T=t -- echo ran
 try A=775807 J=1 P=9223372036854 T=t -- echo ran
 try A=1 J=0 P=9223373000000 T=t -- echo ran
-try A=1 J=0 T=t -- echo ran
 try A=1 J=0 P= -- echo ran
 try A=1 J=0 P= T= -- echo ran
 try A=1 J=0 P= T=t --
@@ -145,7 +144,6 @@ A=1 J=0 P=-1 T=t -- 'echo' 'ran' -> 125 out=[]
 A=1 J=0 P=10000000000000 T=t -- 'echo' 'ran' -> 125 out=[]
 A=775807 J=1 P=9223372036854 T=t -- 'echo' 'ran' -> 125 out=[]
 A=1 J=0 P=9223373000000 T=t -- 'echo' 'ran' -> 125 out=[]
-A=1 J=0 T=t -- 'echo' 'ran' -> 125 out=[]
 A=1 J=0 P= -- 'echo' 'ran' -> 125 out=[]
 A=1 J=0 P= T= -- 'echo' 'ran' -> 125 out=[]
 A=1 J=0 P= T=t -- -> 125 out=[]
