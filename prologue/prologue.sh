@@ -14,21 +14,22 @@ dispatch_k8s_refuse() {
   exit 125
 }
 
-# "0", or 1 to 6 digits without a leading zero. Digits are listed, never a
-# range (locale); ${#2} is read only once $2 is known to be digits.
-dispatch_k8s_count() {
-  case $2 in
-    0) ;;
-    '') dispatch_k8s_refuse "$1 is empty or not set" ;;
-    0* | *[!0123456789]*) dispatch_k8s_refuse "$1 is not 0 or a decimal of at most 6 digits without a leading zero" ;;
-    *) [ "${#2}" -le 6 ] || dispatch_k8s_refuse "$1 is not 0 or a decimal of at most 6 digits without a leading zero" ;;
-  esac
-}
-
-dispatch_k8s_count DISPATCH_K8S_ADMISSION "${DISPATCH_K8S_ADMISSION-}"
-dispatch_k8s_count DISPATCH_K8S_RESTART "${DISPATCH_K8S_RESTART-}"
-[ "$DISPATCH_K8S_ADMISSION" != 0 ] ||
-  dispatch_k8s_refuse "DISPATCH_K8S_ADMISSION is 0: this execution was not admitted through dispatch"
+# A and J: "0", or 1 to 6 digits without a leading zero. Digits are listed,
+# never a range (a range depends on the locale). A = 0 was never admitted.
+case ${DISPATCH_K8S_ADMISSION-} in
+  0) dispatch_k8s_refuse "DISPATCH_K8S_ADMISSION is 0: this execution was not admitted through dispatch" ;;
+  '') dispatch_k8s_refuse "DISPATCH_K8S_ADMISSION is empty or not set" ;;
+  0* | *[!0123456789]* | ???????*)
+    dispatch_k8s_refuse "DISPATCH_K8S_ADMISSION is not 0 or a decimal of at most 6 digits without a leading zero"
+    ;;
+esac
+case ${DISPATCH_K8S_RESTART-} in
+  0) ;;
+  '') dispatch_k8s_refuse "DISPATCH_K8S_RESTART is empty or not set" ;;
+  0* | *[!0123456789]* | ???????*)
+    dispatch_k8s_refuse "DISPATCH_K8S_RESTART is not 0 or a decimal of at most 6 digits without a leading zero"
+    ;;
+esac
 DISPATCH_K8S_R=$((DISPATCH_K8S_ADMISSION + DISPATCH_K8S_RESTART))
 [ "$DISPATCH_K8S_R" -lt 1000000 ] ||
   dispatch_k8s_refuse "R = A + J = $DISPATCH_K8S_R reached the bound 1000000"
@@ -64,12 +65,13 @@ case $DISPATCH_K8S_EPOCH_PREFIX in
     ;;
 esac
 
-# Visible ASCII, listed (a range would depend on the locale): one word on
-# one log line, and yash, blind to what it cannot decode, agrees.
-DISPATCH_K8S_V='0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!"#$%&'\''()*+,-./:;<=>?@[\]^_`{|}~'
+# Visible ASCII, all 94 listed: one word on one log line, and yash, blind to
+# what it cannot decode, agrees with the rest.
 case ${DISPATCH_K8S_TOKEN_PREFIX-} in
   '') dispatch_k8s_refuse "DISPATCH_K8S_TOKEN_PREFIX is empty or not set" ;;
-  *[!"$DISPATCH_K8S_V"]*) dispatch_k8s_refuse "DISPATCH_K8S_TOKEN_PREFIX holds a character that is not visible ASCII" ;;
+  *[!"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!\"#\$%&'()*+,-./:;<=>?@[\\]^_\`{|}~"]*)
+    dispatch_k8s_refuse "DISPATCH_K8S_TOKEN_PREFIX holds a character that is not visible ASCII"
+    ;;
 esac
 
 # A name starting with - would be an option of exec (and "exec --" runs a
@@ -92,5 +94,5 @@ esac
 DISPATCH_ATTEMPT=$DISPATCH_K8S_TOKEN_PREFIX.$DISPATCH_K8S_ADMISSION.$DISPATCH_K8S_RESTART
 export DISPATCH_EPOCH DISPATCH_ATTEMPT
 unset DISPATCH_K8S_ADMISSION DISPATCH_K8S_RESTART DISPATCH_K8S_EPOCH_PREFIX \
-  DISPATCH_K8S_TOKEN_PREFIX DISPATCH_K8S_WORKDIR DISPATCH_K8S_R DISPATCH_K8S_V
+  DISPATCH_K8S_TOKEN_PREFIX DISPATCH_K8S_WORKDIR DISPATCH_K8S_R
 exec "$@"
