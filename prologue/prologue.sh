@@ -31,13 +31,15 @@ case ${DISPATCH_K8S_RESTART-} in
     ;;
 esac
 DISPATCH_K8S_R=$((DISPATCH_K8S_ADMISSION + DISPATCH_K8S_RESTART))
-[ "$DISPATCH_K8S_R" -lt 1000000 ] ||
-  dispatch_k8s_refuse "R = A + J = $DISPATCH_K8S_R reached the bound 1000000"
+case $DISPATCH_K8S_R in
+  ???????) dispatch_k8s_refuse "R = A + J = $DISPATCH_K8S_R reached the bound 1000000" ;;
+esac
 
 # Set (yash takes a value it cannot decode for unset), and empty or 1 to 13
 # digits without a leading zero; then R in six digits after it.
-[ -n "${DISPATCH_K8S_EPOCH_PREFIX+set}" ] ||
-  dispatch_k8s_refuse "DISPATCH_K8S_EPOCH_PREFIX is not set (the packager sets it, to empty when G and N are 0)"
+case ${DISPATCH_K8S_EPOCH_PREFIX+set} in
+  '') dispatch_k8s_refuse "DISPATCH_K8S_EPOCH_PREFIX is not set (the packager sets it, to empty when G and N are 0)" ;;
+esac
 case $DISPATCH_K8S_EPOCH_PREFIX in
   '') DISPATCH_EPOCH=$DISPATCH_K8S_R ;;
   0* | *[!0123456789]* | ??????????????*)
@@ -91,8 +93,7 @@ case ${DISPATCH_K8S_WORKDIR-} in
     dispatch_k8s_refuse "cannot enter the directory named by DISPATCH_K8S_WORKDIR" ;;
 esac
 
-DISPATCH_ATTEMPT=$DISPATCH_K8S_TOKEN_PREFIX.$DISPATCH_K8S_ADMISSION.$DISPATCH_K8S_RESTART
-export DISPATCH_EPOCH DISPATCH_ATTEMPT
+export DISPATCH_EPOCH "DISPATCH_ATTEMPT=$DISPATCH_K8S_TOKEN_PREFIX.$DISPATCH_K8S_ADMISSION.$DISPATCH_K8S_RESTART"
 unset DISPATCH_K8S_ADMISSION DISPATCH_K8S_RESTART DISPATCH_K8S_EPOCH_PREFIX \
   DISPATCH_K8S_TOKEN_PREFIX DISPATCH_K8S_WORKDIR DISPATCH_K8S_R
 exec "$@"
