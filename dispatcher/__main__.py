@@ -1,0 +1,7 @@
+"""`python -m dispatcher`: configuration from the environment only."""
+
+import sys
+
+from dispatcher import app
+
+sys.exit(app.main())

@@ -1,0 +1,352 @@
+"""The dispatcher's main loop: the stages wired together, the flow drawn once.
+
+        backend                          Kubernetes
+   POST /jobs/next ──claim──▶ ledger.reserve ──▶ jobspec ──▶ create Job, then its Secret
+        ▲                        │  (only while ledger.unfinished() < MAX_INFLIGHT)
+        │                        ▼
+   POST /jobs/{id}/status ◀─ reporter ◀── ledger.observe ◀── watcher (list+watch Jobs)
+                                 │                 (Failed, or deleted unfinished)
+                                 └────────▶ reaper (sandbox pods: job-id AND managed-by)
+   finished Jobs reap themselves: ttlSecondsAfterFinished
+
+One thread owns the state (this loop); the watcher thread and the worker
+pool only put results on `self.inbox`. Every I/O step (create, report, reap)
+runs on the pool so a slow apiserver or backend never stalls the bookkeeping.
+SIGTERM stops claiming; the loop waits for the work in hand, then returns 0.
+`run(max_ticks=...)` bounds the loop for tests.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from dispatcher import backend, backoff, jobspec, kube, ledger, logs, reaper, reporter, settings, watcher
+
+log = logging.getLogger("dispatcher")
+
+CREATE_RETRY_SECONDS = 60.0
+MAX_REPORT_ATTEMPTS = 30
+
+
+@dataclasses.dataclass
+class Pending:
+    """A report or a reap still to do for one Job."""
+
+    kind: str  # "failed" or "vanished"
+    name: str
+    job_id: str
+    job: dict[str, Any] | None
+    due: float = 0.0
+    busy: bool = False
+    attempts: int = 0
+    body: dict[str, Any] | None = None
+    backoff: backoff.Backoff = dataclasses.field(default_factory=lambda: backoff.Backoff(base=0.5, cap=60.0))
+
+
+class Dispatcher:
+    def __init__(self, config: settings.Settings, *, client: kube.Kube, api: backend.Backend) -> None:
+        self.config = config
+        self.kube = client
+        self.backend = api
+        self.inbox: queue.Queue[Any] = queue.Queue()
+        self.stopping = threading.Event()
+        self.watch_stop = threading.Event()
+        self.ledger = ledger.Ledger(max_inflight=config.max_inflight)
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="work")
+        self.tokens: dict[str, str] = {}
+        self.reports: dict[str, Pending] = {}
+        self.reaps: dict[str, Pending] = {}
+        self.in_hand = 0
+        self.synced = False
+        self.next_claim = 0.0
+        self.claim_backoff = backoff.Backoff(base=0.2, cap=30.0)
+        self.dispatched = 0
+        self.watcher = watcher.Watcher(client, namespace=config.namespace, selector=jobspec.selector(),
+                                       out=self.inbox, stop=self.watch_stop)
+
+    # -- the loop -----------------------------------------------------------
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.inbox.put(("wake",))
+
+    def run(self, *, max_ticks: int | None = None) -> int:
+        self.watcher.start()
+        log.info("started", extra=logs.fields(namespace=self.config.namespace, max_inflight=self.config.max_inflight,
+                                              sandbox_namespace=self.config.sandbox_namespace))
+        ticks = 0
+        try:
+            while max_ticks is None or ticks < max_ticks:
+                ticks += 1
+                self._drain(timeout=self._wait())
+                if self.stopping.is_set():
+                    if self.in_hand == 0:
+                        break
+                    continue
+                if self.synced:
+                    self._claim()
+                self._start_due(self.reports, self._report)
+                self._start_due(self.reaps, self._reap)
+        finally:
+            self.watch_stop.set()
+            self.pool.shutdown(wait=True)
+            log.info("stopped", extra=logs.fields(unfinished=self.ledger.unfinished(), dispatched=self.dispatched))
+        return 0
+
+    def _wait(self) -> float:
+        now = time.monotonic()
+        dues = [p.due for p in (*self.reports.values(), *self.reaps.values()) if not p.busy]
+        if self.synced and not self.stopping.is_set() and self.ledger.free() > 0:
+            dues.append(self.next_claim)
+        return min([1.0, *(max(0.0, d - now) for d in dues)])
+
+    def _drain(self, *, timeout: float) -> None:
+        try:
+            item = self.inbox.get(timeout=timeout) if timeout > 0 else self.inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(item)
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, item: tuple[Any, ...]) -> None:
+        now = time.monotonic()
+        kind = item[0]
+        if kind == "sync":
+            _, items, started = item
+            changes = self.ledger.sync(items, list_started=started, now=now)
+            if not self.synced:
+                log.info("in-flight set rebuilt", extra=logs.fields(jobs=len(items), unfinished=self.ledger.unfinished()))
+            self.synced = True
+        elif kind == "event":
+            _, event_type, obj = item
+            changes = self.ledger.observe(event_type, obj, now=now)
+            name = str((obj.get("metadata") or {}).get("name"))
+            entry = self.ledger.get(name)
+            if event_type == "DELETED" or (entry is not None and entry.phase is ledger.Phase.COMPLETE):
+                self.tokens.pop(name, None)
+        elif kind == "done":
+            _, callback, future = item
+            self.in_hand -= 1
+            callback(future)
+            return
+        else:
+            return
+        for change in changes:
+            log.info("driver job ended without finishing" if change.kind == "vanished" else "driver job failed",
+                     extra=logs.fields(job=change.name, job_id=change.job_id, unfinished=self.ledger.unfinished()))
+            self.reports.setdefault(change.name, Pending(change.kind, change.name, change.job_id, change.job))
+            self.reaps.setdefault(change.name, Pending(change.kind, change.name, change.job_id, change.job))
+
+    def _submit(self, fn: Any, callback: Any, *args: Any) -> None:
+        self.in_hand += 1
+        future = self.pool.submit(fn, *args)
+        future.add_done_callback(lambda f: self.inbox.put(("done", callback, f)))
+
+    # -- claim and create ---------------------------------------------------
+
+    def _claim(self) -> None:
+        # Creates in hand are bounded too, so a slow apiserver does not queue unbounded claims.
+        while self.ledger.free() > 0 and self.in_hand < 2 * self.config.workers:
+            now = time.monotonic()
+            if now < self.next_claim or self.stopping.is_set():
+                return
+            try:
+                claim = self.backend.claim()
+            except backend.BackendError as e:
+                delay = self.claim_backoff.next_delay()
+                log.warning("claim failed; retrying", extra=logs.fields(error=str(e), retry_in=round(delay, 2)))
+                self.next_claim = now + delay
+                return
+            except backend.BackendRefused as e:
+                delay = max(5.0, self.claim_backoff.next_delay())
+                log.error("claim refused by the backend", extra=logs.fields(error=str(e), retry_in=round(delay, 2)))
+                self.next_claim = now + delay
+                return
+            self.claim_backoff.reset()
+            if claim is None:
+                self.next_claim = now + self.config.poll_interval
+                return
+            name = jobspec.job_name(claim.job_id)
+            entry = self.ledger.get(name)
+            fresh = self.ledger.reserve(name=name, job_id=claim.job_id, now=now)
+            self.tokens[name] = claim.token
+            uid = "" if fresh or entry is None else entry.uid
+            self._submit(self._create, self._created, claim, name, uid, now)
+
+    def _create(self, claim: backend.Claim, name: str, uid: str, claimed_at: float) -> tuple[Any, ...]:
+        """Create the Job (unless known) and its Secret; AlreadyExists means already dispatched."""
+        ns = self.config.namespace
+        pause = backoff.Backoff(base=0.2, cap=5.0)
+        deadline = time.monotonic() + CREATE_RETRY_SECONDS
+        state = "created"
+        while True:
+            try:
+                if not uid:
+                    try:
+                        uid = self.kube.create_job(ns, jobspec.job(claim, self.config))["metadata"]["uid"]
+                    except kube.ApiError as e:
+                        if e.status != 409:
+                            raise
+                        existing = self.kube.get_job(ns, name)
+                        if jobspec.job_id_of(existing) != claim.job_id:
+                            raise kube.ApiError(409, f"Job {name} exists for another run") from None
+                        uid, state = existing["metadata"]["uid"], "exists"
+                latency = time.monotonic() - claimed_at
+                try:
+                    self.kube.create_secret(ns, jobspec.secret(claim, self.config, job_uid=uid))
+                except kube.ApiError as e:
+                    if e.status != 409:
+                        raise
+                return state, uid, latency, "", name, claim
+            except kube.ApiError as e:
+                if e.status < 500 and e.status != 429:
+                    return "refused", uid, 0.0, str(e), name, claim
+                why = str(e)
+            except kube.Unavailable as e:
+                why = str(e)
+            if time.monotonic() > deadline:
+                return "gave-up", uid, 0.0, why, name, claim
+            time.sleep(pause.next_delay())
+
+    def _created(self, future: concurrent.futures.Future[Any]) -> None:
+        state, uid, latency, why, name, claim = future.result()
+        now = time.monotonic()
+        fields = {"job": name, "job_id": claim.job_id}
+        if state in ("created", "exists"):
+            self.ledger.created(name, uid=uid, now=now)
+            if state == "created":
+                self.dispatched += 1
+            log.info("dispatched" if state == "created" else "already dispatched",
+                     extra=logs.fields(**fields, latency_ms=round(latency * 1000, 1),
+                                       unfinished=self.ledger.unfinished()))
+            return
+        self.ledger.abandon(name)
+        if state == "refused":
+            # The run will never get a Job: say so, so it is not lost.
+            log.error("driver job refused; reporting the run failed", extra=logs.fields(**fields, error=why))
+            body = {"status": "failed", "error": {"source": "dispatcher", "reason": "DispatchFailed",
+                                                  "message": f"the driver Job could not be created: {why}"}}
+            pending = Pending("refused", name, claim.job_id, None, body=body)
+            self.reports[name] = pending
+        else:
+            # Transient for a minute: the backend offers the run again after its claim lease.
+            log.warning("driver job not created; the backend will offer the run again",
+                        extra=logs.fields(**fields, error=why))
+            self.tokens.pop(name, None)
+
+    # -- reports and reaps --------------------------------------------------
+
+    def _start_due(self, table: dict[str, Pending], fn: Any) -> None:
+        now = time.monotonic()
+        for pending in list(table.values()):
+            if pending.busy or pending.due > now or self.stopping.is_set():
+                continue
+            pending.busy = True
+            self._submit(fn, lambda f, p=pending, t=table: self._after(f, p, t), pending)
+
+    def _after(self, future: concurrent.futures.Future[Any], pending: Pending, table: dict[str, Pending]) -> None:
+        pending.busy = False
+        try:
+            done = future.result()
+        except Exception as e:  # a bug in one report must not stop the loop
+            log.error("report/reap step crashed", extra=logs.fields(job=pending.name, error=repr(e)))
+            done = False
+        pending.attempts += 1
+        if done or (table is self.reports and pending.attempts >= MAX_REPORT_ATTEMPTS):
+            table.pop(pending.name, None)
+            if pending.name not in self.reports and self.ledger.get(pending.name) is None:
+                self.tokens.pop(pending.name, None)
+            return
+        pending.due = time.monotonic() + pending.backoff.next_delay()
+
+    def _token(self, pending: Pending) -> str | None:
+        token = self.tokens.get(pending.name)
+        if token:
+            return token
+        try:
+            return reporter.token_from_secret(self.kube.get_secret(self.config.namespace, pending.name))
+        except kube.ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def _report(self, pending: Pending) -> bool:
+        fields = {"job": pending.name, "job_id": pending.job_id}
+        try:
+            token = self._token(pending)
+        except (kube.ApiError, kube.Unavailable) as e:
+            log.warning("cannot read the job token yet", extra=logs.fields(**fields, error=str(e)))
+            return False
+        if token is None:
+            log.error("no token for the run (its Secret is gone): death not reported", extra=logs.fields(**fields))
+            return True
+        if pending.body is None:
+            pending.body = reporter.gather(self.kube, namespace=self.config.namespace, kind=pending.kind,
+                                           job_name=pending.name, job=pending.job,
+                                           tail_lines=self.config.log_tail_lines)
+        outcome, status = self.backend.report(job_id=pending.job_id, token=token, body=pending.body)
+        error = pending.body.get("error") or {}
+        extra = logs.fields(**fields, outcome=outcome.value, http_status=status, reason=error.get("reason"),
+                            exit_code=error.get("exit_code"))
+        if outcome is backend.Outcome.RETRY:
+            log.warning("death report not delivered; retrying", extra=extra)
+            return False
+        if outcome is backend.Outcome.REFUSED:
+            log.error("death report refused by the backend", extra=extra)
+        else:
+            log.info("death reported" if outcome is backend.Outcome.ACCEPTED else "death report not needed",
+                     extra=extra)
+        return True
+
+    def _reap(self, pending: Pending) -> bool:
+        if pending.kind == "refused":
+            return True
+        namespaces = tuple(dict.fromkeys((self.config.namespace, self.config.sandbox_namespace)))
+        try:
+            deleted = reaper.reap(self.kube, namespaces=namespaces, job_id=pending.job_id, driver_job=pending.name)
+        except (kube.ApiError, kube.Unavailable) as e:
+            log.warning("sandbox reap failed; retrying next tick",
+                        extra=logs.fields(job=pending.name, job_id=pending.job_id, error=str(e)))
+            return False
+        if deleted:
+            log.info("sandbox pods reaped", extra=logs.fields(job=pending.name, job_id=pending.job_id, pods=deleted))
+        return True
+
+
+def main(environ: dict[str, str] | None = None) -> int:
+    try:
+        config = settings.from_env(os.environ if environ is None else environ)
+    except settings.SettingsError as e:
+        print(f"dispatcher: {e}", file=sys.stderr)
+        return 2
+    logs.configure(level=config.log_level, secrets=(config.service_token,))
+    try:
+        client = kube.Kube(kubeconfig=config.kubeconfig, pool_size=config.workers + 4)
+    except Exception as e:  # kubernetes.config raises several unrelated types
+        print(f"dispatcher: cannot load the Kubernetes config (KUBECONFIG={config.kubeconfig or 'in-cluster'}): {e}",
+              file=sys.stderr)
+        return 2
+    api = backend.Backend(url=config.backend_url, service_token=config.service_token,
+                          timeout=config.backend_timeout, pool_size=config.workers + 2)
+    dispatcher = Dispatcher(config, client=client, api=api)
+    signal.signal(signal.SIGTERM, lambda signum, frame: dispatcher.stop())
+    signal.signal(signal.SIGINT, lambda signum, frame: dispatcher.stop())
+    max_ticks = os.environ.get("TCAB_DISPATCHER_TEST_MAX_TICKS")  # test-only bound, not documented for operators
+    try:
+        return dispatcher.run(max_ticks=int(max_ticks) if max_ticks else None)
+    finally:
+        api.close()
+        client.close()

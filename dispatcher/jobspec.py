@@ -1,0 +1,143 @@
+"""The driver Job and its token Secret for one claimed run (pure: dicts in, dicts out).
+
+Invariants:
+- The Job's name is a function of the run id alone, so a second create for
+  the same run (a retry after a crash, a claim offered again) is an
+  AlreadyExists, never a second Job.
+- The environment is exactly the seed's: backend URL, job id, per-job token,
+  the serialized launch request, TCAB_DRIVER_RUNTIME=kubernetes, the
+  TCAB_K8S_* and TCAB_CONTAINER_* passthroughs, and the pod's own IP from the
+  Downward API. The token is never a literal in the Job: it comes through a
+  secretKeyRef to a Secret the Job owns (garbage-collected with it), so read
+  access to Jobs does not reveal it.
+- Requests from the settings, no limits (a memory limit would bring back the
+  very SIGKILL the requests are there to avoid); backoffLimit 0 (a driver is
+  never silently run twice); restartPolicy Never; ttlSecondsAfterFinished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from dispatcher import backend, names, settings
+
+Obj = dict[str, Any]
+
+NAME_PREFIX = "tcab-run-"
+_SLUG_OK = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_OK = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+# A Job name becomes its pods' label value, so it must stay <= 63.
+_MAX_NAME = 63
+
+
+def _digest(job_id: str) -> str:
+    return hashlib.sha256(job_id.encode()).hexdigest()[:12]
+
+
+def job_name(job_id: str) -> str:
+    """`tcab-run-<id>` when the id is already a clean DNS label, else a readable slug plus a digest."""
+    if _SLUG_OK.match(job_id) and len(NAME_PREFIX) + len(job_id) <= _MAX_NAME:
+        return NAME_PREFIX + job_id
+    slug = re.sub(r"[^a-z0-9]+", "-", job_id.lower()).strip("-")
+    room = _MAX_NAME - len(NAME_PREFIX) - 1 - 12
+    slug = slug[:room].strip("-")
+    return f"{NAME_PREFIX}{slug}-{_digest(job_id)}" if slug else f"{NAME_PREFIX}{_digest(job_id)}"
+
+
+def job_id_label(job_id: str) -> str:
+    """The job-id label value: the id itself when it is a valid label value, else its digest.
+
+    The driver labels its sandbox pods with the same function of the id (the
+    exact id is also in the `test-cabinet/job-id` annotation).
+    """
+    return job_id if _LABEL_OK.match(job_id) else "sha256-" + _digest(job_id)
+
+
+def secret_name(job_id: str) -> str:
+    return job_name(job_id)
+
+
+def labels(job_id: str) -> dict[str, str]:
+    return {names.JOB_ID_LABEL: job_id_label(job_id), names.MANAGED_BY_LABEL: names.DISPATCHER_MANAGED_BY}
+
+
+def selector() -> str:
+    """The label selector of every Job this dispatcher manages."""
+    return f"{names.MANAGED_BY_LABEL}={names.DISPATCHER_MANAGED_BY}"
+
+
+def driver_env(claim: backend.Claim, config: settings.Settings) -> list[Obj]:
+    passthrough = dict(config.passthrough)
+    # The reaper and the driver must agree on the sandbox namespace.
+    passthrough[names.ENV_SANDBOX_NAMESPACE] = config.sandbox_namespace
+    env: list[Obj] = [
+        {"name": names.ENV_BACKEND_URL, "value": config.backend_url},
+        {"name": names.ENV_JOB_ID, "value": claim.job_id},
+        {"name": names.ENV_JOB_TOKEN, "valueFrom": {"secretKeyRef": {
+            "name": secret_name(claim.job_id), "key": names.TOKEN_KEY}}},
+        {"name": names.ENV_LAUNCH_REQUEST, "value": json.dumps(claim.launch_request, separators=(",", ":"),
+                                                               sort_keys=True)},
+        {"name": names.ENV_DRIVER_RUNTIME, "value": names.DRIVER_RUNTIME},
+        {"name": names.ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    env.extend({"name": k, "value": v} for k, v in sorted(passthrough.items()))
+    return env
+
+
+def job(claim: backend.Claim, config: settings.Settings) -> Obj:
+    meta_labels = labels(claim.job_id)
+    annotations = {names.JOB_ID_ANNOTATION: claim.job_id}
+    pod_spec: Obj = {
+        "restartPolicy": "Never",
+        "containers": [{
+            "name": names.DRIVER_CONTAINER,
+            "image": config.driver_image,
+            "env": driver_env(claim, config),
+            "resources": {"requests": {"cpu": config.cpu_request, "memory": config.memory_request}},
+        }],
+    }
+    if config.driver_service_account:
+        pod_spec["serviceAccountName"] = config.driver_service_account
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(claim.job_id), "namespace": config.namespace,
+                     "labels": meta_labels, "annotations": annotations},
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": config.job_ttl_seconds,
+            "template": {"metadata": {"labels": meta_labels, "annotations": annotations}, "spec": pod_spec},
+        },
+    }
+
+
+def secret(claim: backend.Claim, config: settings.Settings, *, job_uid: str) -> Obj:
+    """The token Secret, owned by the Job (uid from the create answer) so it goes with it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": secret_name(claim.job_id), "namespace": config.namespace,
+            "labels": labels(claim.job_id), "annotations": {names.JOB_ID_ANNOTATION: claim.job_id},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job_name(claim.job_id),
+                                 "uid": job_uid, "controller": False, "blockOwnerDeletion": False}],
+        },
+        "stringData": {names.TOKEN_KEY: claim.token},
+    }
+
+
+def job_id_of(obj: Obj) -> str | None:
+    meta = obj.get("metadata") or {}
+    return (meta.get("annotations") or {}).get(names.JOB_ID_ANNOTATION)
+
+
+def finished(obj: Obj) -> str | None:
+    """'Complete' or 'Failed' when the Job has that condition True, else None."""
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            return str(condition["type"])
+    return None

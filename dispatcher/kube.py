@@ -1,0 +1,144 @@
+"""The one module that speaks to the Kubernetes API (raw JSON, no models).
+
+Everything else handles plain dicts. Requests go through the kubernetes
+client's typed methods with `_preload_content=False` and are parsed with
+`json.loads`: the generated models cost more CPU than the whole rest of a
+dispatch, and the dispatcher needs none of their checks.
+
+Errors come back as `ApiError` (with `.status`) or `Unavailable` (no answer:
+connection refused, reset, timeout). Nothing here retries: the caller owns
+the backoff, because only it knows whether a retry is safe (a create is
+retried as a create, whose AlreadyExists is the answer).
+
+`requests` counts the calls, for the benchmark's "API requests per run".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+import kubernetes.watch.watch
+import urllib3
+
+Obj = dict[str, Any]
+
+TIMEOUT = (5.0, 30.0)  # connect, read
+
+
+class Unavailable(Exception):
+    """The apiserver did not answer."""
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"HTTP {status}: {reason}")
+        self.status = status
+        self.reason = reason
+
+
+def _error(e: kubernetes.client.ApiException) -> ApiError:
+    reason = str(e.reason or "")
+    try:
+        reason = json.loads(e.body or "{}").get("message") or reason
+    except (ValueError, AttributeError):
+        pass
+    return ApiError(int(e.status or 0), reason)
+
+
+class Kube:
+    def __init__(self, *, kubeconfig: str = "", pool_size: int = 16) -> None:
+        configuration = kubernetes.client.Configuration()
+        if kubeconfig:
+            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        else:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        configuration.retries = False
+        configuration.connection_pool_maxsize = pool_size
+        self.api = kubernetes.client.ApiClient(configuration)
+        self.batch = kubernetes.client.BatchV1Api(self.api)
+        self.core = kubernetes.client.CoreV1Api(self.api)
+        self.requests = 0
+
+    def close(self) -> None:
+        self.api.close()
+
+    def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        self.requests += 1
+        kwargs.setdefault("_request_timeout", TIMEOUT)
+        try:
+            response = method(*args, _preload_content=False, **kwargs)
+        except kubernetes.client.ApiException as e:
+            raise _error(e) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise Unavailable(f"{type(e).__name__}: {e}") from None
+        return response
+
+    def _json(self, method: Any, *args: Any, **kwargs: Any) -> Obj:
+        response = self._call(method, *args, **kwargs)
+        try:
+            return dict(json.loads(response.data))
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise Unavailable(f"{type(e).__name__}: {e}") from None
+
+    # -- Jobs and Secrets ---------------------------------------------------
+
+    def create_job(self, namespace: str, body: Obj) -> Obj:
+        return self._json(self.batch.create_namespaced_job, namespace, body)
+
+    def get_job(self, namespace: str, name: str) -> Obj:
+        return self._json(self.batch.read_namespaced_job, name, namespace)
+
+    def list_jobs(self, namespace: str, *, selector: str, limit: int = 500, cont: str | None = None) -> Obj:
+        kwargs: dict[str, Any] = {"label_selector": selector, "limit": limit}
+        if cont:
+            kwargs["_continue"] = cont
+        return self._json(self.batch.list_namespaced_job, namespace, **kwargs)
+
+    def watch_jobs(self, namespace: str, *, selector: str, resource_version: str,
+                   timeout_seconds: int) -> Iterator[Obj]:
+        """Raw watch events ({"type", "object"}) until the server ends the watch."""
+        response = self._call(
+            self.batch.list_namespaced_job, namespace, label_selector=selector, watch=True,
+            resource_version=resource_version, allow_watch_bookmarks=True,
+            timeout_seconds=timeout_seconds, _request_timeout=(TIMEOUT[0], timeout_seconds + 15),
+        )
+        try:
+            for line in kubernetes.watch.watch.iter_resp_lines(response):
+                if line and not line.isspace():
+                    yield json.loads(line)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise Unavailable(f"watch: {type(e).__name__}: {e}") from None
+        finally:
+            response.close()
+            response.release_conn()
+
+    def create_secret(self, namespace: str, body: Obj) -> Obj:
+        return self._json(self.core.create_namespaced_secret, namespace, body)
+
+    def get_secret(self, namespace: str, name: str) -> Obj:
+        return self._json(self.core.read_namespaced_secret, name, namespace)
+
+    # -- Pods, logs, Events -------------------------------------------------
+
+    def list_pods(self, namespace: str, *, selector: str) -> list[Obj]:
+        return list(self._json(self.core.list_namespaced_pod, namespace, label_selector=selector).get("items") or [])
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self._call(self.core.delete_namespaced_pod, name, namespace)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+
+    def read_log(self, namespace: str, pod: str, *, container: str, tail_lines: int) -> str:
+        response = self._call(self.core.read_namespaced_pod_log, pod, namespace, container=container,
+                              tail_lines=tail_lines)
+        return bytes(response.data).decode(errors="replace")
+
+    def list_events(self, namespace: str, *, field_selector: str) -> list[Obj]:
+        return list(self._json(self.core.list_namespaced_event, namespace,
+                               field_selector=field_selector).get("items") or [])

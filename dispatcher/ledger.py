@@ -1,0 +1,162 @@
+"""The in-flight ledger and the limiter: which driver Jobs are unfinished (pure).
+
+The dispatcher may claim only while `unfinished() < max_inflight`. The
+ledger is owned by the main loop alone (no lock): the watcher's events and
+the create results are applied to it there, in order.
+
+An entry is unfinished from the moment a claim is taken (`reserve`, before
+the create is even sent, so concurrent creates cannot overshoot the cap)
+until its Job is seen finished (Complete or Failed) or deleted. The slot is
+released on finish OR delete: a Job deleted before it finished (by a person,
+by a namespace teardown, or by TTL after a finish we missed) must not hold a
+slot forever (the most-reported bug of the closest peer).
+
+Relists: `sync` replaces what the watcher knows with a full list. An entry
+created after the list began cannot be in it and is kept; an entry created
+before the list began and absent from it is gone (its DELETED event was
+missed) and is released. The clock is the caller's monotonic clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable
+from typing import Any
+
+from dispatcher import jobspec
+
+Obj = dict[str, Any]
+
+
+class Phase(enum.Enum):
+    CREATING = "creating"  # claimed; the create has not been confirmed yet
+    ACTIVE = "active"  # the Job exists and has not finished
+    COMPLETE = "complete"
+    FAILED = "failed"
+
+
+UNFINISHED = (Phase.CREATING, Phase.ACTIVE)
+
+
+@dataclasses.dataclass
+class Entry:
+    name: str
+    job_id: str
+    phase: Phase
+    since: float  # monotonic time of the reservation or of the first sighting
+    uid: str = ""
+    seen: bool = False  # observed through the watcher (list or watch)
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """What the main loop must act on after applying an event."""
+
+    kind: str  # "failed": a Job failed; "vanished": a Job was deleted before it finished
+    name: str
+    job_id: str
+    job: Obj | None
+
+
+class Ledger:
+    def __init__(self, *, max_inflight: int) -> None:
+        self.max_inflight = max_inflight
+        self._entries: dict[str, Entry] = {}
+        self._unfinished = 0
+
+    # -- reading ------------------------------------------------------------
+
+    def unfinished(self) -> int:
+        return self._unfinished
+
+    def free(self) -> int:
+        return max(0, self.max_inflight - self._unfinished)
+
+    def get(self, name: str) -> Entry | None:
+        return self._entries.get(name)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- writing ------------------------------------------------------------
+
+    def _set(self, entry: Entry, phase: Phase) -> None:
+        self._unfinished += (phase in UNFINISHED) - (entry.phase in UNFINISHED)
+        entry.phase = phase
+
+    def _drop(self, name: str) -> Entry | None:
+        entry = self._entries.pop(name, None)
+        if entry is not None and entry.phase in UNFINISHED:
+            self._unfinished -= 1
+        return entry
+
+    def reserve(self, *, name: str, job_id: str, now: float) -> bool:
+        """Take a slot for a claimed run; False if the Job is already known (a claim offered again)."""
+        if name in self._entries:
+            return False
+        self._entries[name] = Entry(name=name, job_id=job_id, phase=Phase.CREATING, since=now)
+        self._unfinished += 1
+        return True
+
+    def created(self, name: str, *, uid: str, now: float) -> None:
+        """The create (or an AlreadyExists) confirmed the Job exists, at `now`."""
+        entry = self._entries.get(name)
+        if entry is not None and entry.phase is Phase.CREATING:
+            entry.uid = entry.uid or uid
+            if not entry.seen:
+                # A list that began before this moment may not hold it yet.
+                entry.since = now
+            self._set(entry, Phase.ACTIVE)
+
+    def abandon(self, name: str) -> None:
+        """The create failed for good: release the reservation."""
+        entry = self._entries.get(name)
+        if entry is not None and entry.phase is Phase.CREATING and not entry.seen:
+            self._drop(name)
+
+    def observe(self, event_type: str, job: Obj, *, now: float) -> list[Change]:
+        """Apply one watch event (ADDED, MODIFIED, DELETED)."""
+        meta = job.get("metadata") or {}
+        name = str(meta.get("name"))
+        job_id = jobspec.job_id_of(job) or ""
+        if event_type == "DELETED":
+            entry = self._drop(name)
+            if entry is not None and entry.phase in UNFINISHED:
+                return [Change("vanished", name, entry.job_id or job_id, job)]
+            return []
+        entry = self._entries.get(name)
+        if entry is None:
+            entry = Entry(name=name, job_id=job_id, phase=Phase.ACTIVE, since=now)
+            self._entries[name] = entry
+            self._unfinished += 1
+        entry.seen = True
+        entry.uid = str(meta.get("uid") or entry.uid)
+        entry.job_id = entry.job_id or job_id
+        state = jobspec.finished(job)
+        if state is None:
+            if entry.phase is Phase.CREATING:
+                self._set(entry, Phase.ACTIVE)
+            return []
+        phase = Phase.COMPLETE if state == "Complete" else Phase.FAILED
+        if entry.phase is phase:
+            return []
+        self._set(entry, phase)
+        return [Change("failed", name, entry.job_id, job)] if phase is Phase.FAILED else []
+
+    def sync(self, jobs: Iterable[Obj], *, list_started: float, now: float) -> list[Change]:
+        """Apply a full list taken at `list_started` (see the module docstring)."""
+        changes: list[Change] = []
+        listed: set[str] = set()
+        for job in jobs:
+            listed.add(str((job.get("metadata") or {}).get("name")))
+            changes.extend(self.observe("MODIFIED", job, now=now))
+        for name, entry in list(self._entries.items()):
+            if name in listed or entry.since >= list_started:
+                continue
+            if entry.phase is Phase.CREATING and not entry.seen:
+                continue  # its create is still in hand; the create's answer decides
+            self._drop(name)
+            if entry.phase in UNFINISHED:
+                changes.append(Change("vanished", name, entry.job_id, None))
+        return changes

@@ -1,0 +1,164 @@
+"""Death reports: tell the backend about a driver that died without saying so.
+
+When a driver Job fails (its pod OOMKilled, evicted, deleted, lost with its
+node, or never started) or is deleted before it finished, the driver could
+not report; the dispatcher sends `POST /jobs/{id}/status` with the per-job
+token (read back from the Job's Secret when this process did not claim it).
+
+`describe` is pure: from the Job, its pods, its Events and the log tail (or
+why there is none) it builds the body. The container's own exit code is
+kept as it is (137 stays 137); a missing log is said in the report, not
+fatal. `gather` does the reads, each one best-effort: a report with less
+detail is better than no report.
+
+Outcomes: accepted, 404 (unknown run) and 409 (already terminal: the driver
+did report, or an earlier dispatcher did) are done; 5xx, 429 and timeouts
+are retried by the main loop with backoff; another 4xx is logged and dropped.
+After a restart a failed Job still present is reported again, and the
+backend's 409 makes that idempotent: the dispatcher keeps no state.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from dispatcher import kube, names
+
+Obj = dict[str, Any]
+
+MAX_EVENTS = 10
+MAX_LOG_CHARS = 64 * 1024
+
+
+def _stamp(obj: Obj) -> str:
+    return str(obj.get("lastTimestamp") or obj.get("eventTime") or
+               (obj.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def latest_pod(pods: list[Obj]) -> Obj | None:
+    return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""), default=None)
+
+
+def container_state(pod: Obj | None) -> dict[str, Any]:
+    """Reason, exit code and message of the driver container, as the kubelet recorded them."""
+    if pod is None:
+        return {}
+    status = pod.get("status") or {}
+    out: dict[str, Any] = {}
+    for cs in status.get("containerStatuses") or []:
+        if cs.get("name") != names.DRIVER_CONTAINER:
+            continue
+        for where in ("state", "lastState"):
+            terminated = (cs.get(where) or {}).get("terminated")
+            if terminated:
+                out["reason"] = terminated.get("reason")
+                out["exit_code"] = terminated.get("exitCode")
+                if terminated.get("signal") is not None:
+                    out["signal"] = terminated.get("signal")
+                if terminated.get("message"):
+                    out["message"] = terminated.get("message")
+                break
+        else:
+            waiting = (cs.get("state") or {}).get("waiting")
+            if waiting:
+                out["reason"] = waiting.get("reason")
+                if waiting.get("message"):
+                    out["message"] = waiting.get("message")
+    # A pod-level reason (Evicted, DeadlineExceeded, NodeLost) says more than a missing container status.
+    if status.get("reason") and not out.get("reason"):
+        out["reason"] = status.get("reason")
+    if status.get("message") and not out.get("message"):
+        out["message"] = status.get("message")
+    return out
+
+
+def job_failure(job: Obj | None) -> dict[str, Any]:
+    for condition in ((job or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Failed" and condition.get("status") == "True":
+            return {"reason": condition.get("reason"), "message": condition.get("message")}
+    return {}
+
+
+def summarize_events(events: list[Obj]) -> list[dict[str, Any]]:
+    recent = sorted(events, key=_stamp)[-MAX_EVENTS:]
+    return [{
+        "object": f"{(e.get('involvedObject') or {}).get('kind')}/{(e.get('involvedObject') or {}).get('name')}",
+        "type": e.get("type"), "reason": e.get("reason"), "message": e.get("message"),
+        "count": e.get("count"), "time": _stamp(e),
+    } for e in recent]
+
+
+def describe(*, kind: str, job_name: str, job: Obj | None, pod: Obj | None, events: list[Obj],
+             log_tail: str | None, log_error: str | None) -> dict[str, Any]:
+    """The status body for a dead driver (pure)."""
+    container = container_state(pod)
+    failure = job_failure(job)
+    if kind == "vanished":
+        reason, message = "DriverJobDeleted", "the driver Job was deleted before it finished"
+    else:
+        reason = container.get("reason") or failure.get("reason") or "DriverFailed"
+        message = container.get("message") or failure.get("message") or "the driver Job failed"
+    error: dict[str, Any] = {
+        "source": names.COMPONENT,
+        "reason": reason,
+        "message": message,
+        "exit_code": container.get("exit_code"),
+        "job": job_name,
+        "pod": (pod or {}).get("metadata", {}).get("name"),
+        "job_condition": failure or None,
+        "events": summarize_events(events),
+    }
+    if container.get("signal") is not None:
+        error["signal"] = container["signal"]
+    if log_tail is not None:
+        error["log_tail"] = log_tail[-MAX_LOG_CHARS:]
+    else:
+        error["log_tail"] = None
+        error["log_error"] = f"no log could be read: {log_error}"
+    return {"status": "failed", "error": error}
+
+
+def token_from_secret(secret: Obj) -> str | None:
+    data = (secret.get("data") or {}).get(names.TOKEN_KEY)
+    if not data:
+        return None
+    try:
+        return base64.b64decode(data).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def gather(client: kube.Kube, *, namespace: str, kind: str, job_name: str, job: Obj | None,
+           tail_lines: int) -> dict[str, Any]:
+    """Read what the report needs, each read best-effort (the reads are the I/O half of `describe`)."""
+    pod: Obj | None = None
+    events: list[Obj] = []
+    log_tail: str | None = None
+    log_error: str | None = "the driver pod is gone"
+    if kind == "failed":
+        try:
+            pod = latest_pod(client.list_pods(namespace, selector=f"{names.JOB_NAME_LABEL}={job_name}"))
+        except (kube.ApiError, kube.Unavailable) as e:
+            log_error = f"the driver pod could not be listed: {e}"
+        if pod is not None:
+            pod_name = pod["metadata"]["name"]
+            if tail_lines > 0:
+                try:
+                    log_tail = client.read_log(namespace, pod_name, container=names.DRIVER_CONTAINER,
+                                               tail_lines=tail_lines)
+                    log_error = None
+                except (kube.ApiError, kube.Unavailable) as e:
+                    log_error = str(e)
+            else:
+                log_error = "TCAB_DISPATCHER_LOG_TAIL_LINES is 0"
+        selectors = [f"involvedObject.kind=Job,involvedObject.name={job_name}"]
+        if pod is not None:
+            selectors.append(f"involvedObject.kind=Pod,involvedObject.name={pod['metadata']['name']}")
+        for field_selector in selectors:
+            try:
+                events.extend(client.list_events(namespace, field_selector=field_selector))
+            except (kube.ApiError, kube.Unavailable):
+                pass  # the report goes without them
+    return describe(kind=kind, job_name=job_name, job=job, pod=pod, events=events,
+                    log_tail=log_tail, log_error=log_error)

@@ -1,0 +1,186 @@
+"""The dispatcher's configuration: environment variables only, read once.
+
+There are no flags and no config file: the process reads `os.environ` in
+`from_env` and nowhere else, and everything downstream gets the typed
+`Settings`. A variable that is set to the empty string counts as unset (a
+Deployment that templates a value out leaves it empty). A missing required
+value, or a malformed one, raises `SettingsError` whose message is one line
+naming the variable and the bound; `app.main` prints it and exits 2.
+
+The table in `VARIABLES` is the documentation: docs/dispatcher.md and the
+README are written from it, and a test checks they list every name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+import urllib.parse
+from collections.abc import Mapping
+
+from dispatcher import names
+
+IN_CLUSTER_NAMESPACE_FILE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+# (name, default, meaning). A default of None means required.
+VARIABLES: tuple[tuple[str, str | None, str], ...] = (
+    ("TCAB_BACKEND_URL", None, "Base URL of the backend (http or https); also passed to the driver."),
+    ("TCAB_BACKEND_SERVICE_TOKEN", None, "Shared service token for `POST /jobs/next`; never logged."),
+    ("TCAB_DISPATCHER_DRIVER_IMAGE", None, "Image of the driver container."),
+    ("TCAB_DISPATCHER_MAX_INFLIGHT", "16", "Global cap on unfinished driver Jobs (1..100000)."),
+    ("TCAB_DISPATCHER_DRIVER_CPU_REQUEST", "100m", "CPU request of the driver container (no limit is set)."),
+    ("TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST", "256Mi", "Memory request of the driver container (no limit)."),
+    ("TCAB_DISPATCHER_NAMESPACE", "the pod's own namespace, else `default`",
+     "Namespace of the driver Jobs and their Secrets."),
+    ("TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT", "the namespace's `default`",
+     "ServiceAccount the driver pod runs as (the driver creates sandbox pods under it)."),
+    ("TCAB_DISPATCHER_POLL_INTERVAL", "2", "Seconds to wait before claiming again after the backend had nothing (0.01..3600)."),
+    ("TCAB_DISPATCHER_JOB_TTL_SECONDS", "3600", "`ttlSecondsAfterFinished` of each driver Job (0..31536000)."),
+    ("TCAB_DISPATCHER_BACKEND_TIMEOUT", "10", "Seconds before a backend request times out (0.1..600)."),
+    ("TCAB_DISPATCHER_LOG_TAIL_LINES", "100", "Lines of the dead driver pod's log put in a death report (0..10000)."),
+    ("TCAB_DISPATCHER_WORKERS", "8", "Threads that create Jobs, send reports and reap (1..256)."),
+    ("TCAB_DISPATCHER_LOG_LEVEL", "info", "debug, info, warning or error."),
+    ("TCAB_K8S_NAMESPACE", "TCAB_DISPATCHER_NAMESPACE",
+     "The driver's sandbox namespace; passed through, and reaped in as well."),
+    ("TCAB_K8S_*", "", "Every such variable is passed through to the driver unchanged."),
+    ("TCAB_CONTAINER_*", "", "Every such variable (the run-image selection) is passed through to the driver unchanged."),
+    ("KUBECONFIG", "in-cluster config", "Standard kubeconfig path; unset inside the cluster."),
+)
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LEVELS = ("debug", "info", "warning", "error")
+
+
+class SettingsError(ValueError):
+    """A required variable is missing or a value is malformed (one line)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    backend_url: str
+    service_token: str = dataclasses.field(repr=False)
+    driver_image: str
+    max_inflight: int = 16
+    cpu_request: str = "100m"
+    memory_request: str = "256Mi"
+    namespace: str = "default"
+    driver_service_account: str = ""
+    poll_interval: float = 2.0
+    job_ttl_seconds: int = 3600
+    backend_timeout: float = 10.0
+    log_tail_lines: int = 100
+    workers: int = 8
+    log_level: str = "info"
+    sandbox_namespace: str = "default"
+    # (name, value) pairs of TCAB_K8S_* and TCAB_CONTAINER_*, sorted by name.
+    passthrough: tuple[tuple[str, str], ...] = ()
+    kubeconfig: str = ""
+
+
+def _get(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    return value if value not in (None, "") else None
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = _get(env, name)
+    if value is None:
+        raise SettingsError(f"{name} is required and not set")
+    return value
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int) -> int:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    if not re.fullmatch(r"[0-9]+", raw.strip()):
+        raise SettingsError(f"{name}={raw!r} is not an integer in {low}..{high}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise SettingsError(f"{name}={value} is outside {low}..{high}")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float, *, low: float, high: float) -> float:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number of seconds in {low}..{high}") from None
+    if not low <= value <= high:  # also refuses nan and inf
+        raise SettingsError(f"{name}={raw} is outside {low}..{high} seconds")
+    return value
+
+
+def _quantity(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    if not _QUANTITY.match(raw):
+        raise SettingsError(f"{name}={raw!r} is not a Kubernetes quantity (like 100m, 0.5, 256Mi)")
+    return raw
+
+
+def _dns_label(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    if not _DNS_LABEL.match(raw):
+        raise SettingsError(f"{name}={raw!r} is not a DNS label (lowercase, digits, '-', at most 63)")
+    return raw
+
+
+def _url(env: Mapping[str, str], name: str) -> str:
+    raw = _required(env, name)
+    parsed = urllib.parse.urlsplit(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise SettingsError(f"{name}={raw!r} is not an http(s) URL with a host")
+    return raw.rstrip("/")
+
+
+def _default_namespace() -> str:
+    try:
+        return IN_CLUSTER_NAMESPACE_FILE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def from_env(env: Mapping[str, str]) -> Settings:
+    """The one place the environment is read. Raises SettingsError."""
+    backend_url = _url(env, "TCAB_BACKEND_URL")
+    token = _required(env, "TCAB_BACKEND_SERVICE_TOKEN")
+    if any(c.isspace() for c in token):
+        raise SettingsError("TCAB_BACKEND_SERVICE_TOKEN contains whitespace")
+    image = _required(env, "TCAB_DISPATCHER_DRIVER_IMAGE")
+    if any(c.isspace() for c in image):
+        raise SettingsError(f"TCAB_DISPATCHER_DRIVER_IMAGE={image!r} contains whitespace")
+    namespace = _dns_label(env, "TCAB_DISPATCHER_NAMESPACE", "") or _default_namespace()
+    level = (_get(env, "TCAB_DISPATCHER_LOG_LEVEL") or "info").lower()
+    if level not in _LEVELS:
+        raise SettingsError(f"TCAB_DISPATCHER_LOG_LEVEL={level!r} is not one of {', '.join(_LEVELS)}")
+    passthrough = tuple(sorted(
+        (k, v) for k, v in env.items() if k.startswith(names.PASSTHROUGH_PREFIXES)
+    ))
+    return Settings(
+        backend_url=backend_url,
+        service_token=token,
+        driver_image=image,
+        max_inflight=_int(env, "TCAB_DISPATCHER_MAX_INFLIGHT", 16, low=1, high=100_000),
+        cpu_request=_quantity(env, "TCAB_DISPATCHER_DRIVER_CPU_REQUEST", "100m"),
+        memory_request=_quantity(env, "TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST", "256Mi"),
+        namespace=namespace,
+        driver_service_account=_dns_label(env, "TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT", ""),
+        poll_interval=_seconds(env, "TCAB_DISPATCHER_POLL_INTERVAL", 2.0, low=0.01, high=3600),
+        job_ttl_seconds=_int(env, "TCAB_DISPATCHER_JOB_TTL_SECONDS", 3600, low=0, high=31_536_000),
+        backend_timeout=_seconds(env, "TCAB_DISPATCHER_BACKEND_TIMEOUT", 10.0, low=0.1, high=600),
+        log_tail_lines=_int(env, "TCAB_DISPATCHER_LOG_TAIL_LINES", 100, low=0, high=10_000),
+        workers=_int(env, "TCAB_DISPATCHER_WORKERS", 8, low=1, high=256),
+        log_level=level,
+        sandbox_namespace=_dns_label(env, names.ENV_SANDBOX_NAMESPACE, "") or namespace,
+        passthrough=passthrough,
+        kubeconfig=_get(env, "KUBECONFIG") or "",
+    )

@@ -1,0 +1,150 @@
+"""The HTTP face of the reference backend (stdlib ThreadingHTTPServer).
+
+Endpoints (JSON bodies; `Authorization: Bearer <token>`):
+- POST /jobs                 service token: enqueue {harness, launch_request, id?} -> 201 {id, token}
+- POST /jobs/next            service token: claim -> 200 {id, token, launch_request, harness} | 204
+- POST /jobs/{id}/status     per-job token: {status: running|succeeded|failed|cancelled, ...}
+                             -> 200 | 400 | 401 | 404 unknown | 409 already terminal
+- GET  /jobs/{id}            service token: the run and the reports it accepted
+- GET  /jobs                 service token: every run
+- PUT  /harnesses/{name}     service token: {max_parallel}
+
+Test hooks (service token), for fault tests against a real server:
+- POST /_faults {"status": 503, "count": N} answers the next N requests with
+  that status; {"delay": S, "count": N} sleeps S seconds before answering.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import secrets
+import threading
+import time
+import urllib.parse
+from typing import Any
+
+from refbackend import store
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], *, db: store.Store, service_token: str) -> None:
+        super().__init__(address, Handler)
+        self.db = db
+        self.service_token = service_token
+        self.faults: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.requests = 0
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    server: Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the tests read stdout
+        pass
+
+    def _send(self, code: int, body: Any = None) -> None:
+        data = b"" if body is None else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        return json.loads(raw) if raw.strip() else {}
+
+    def _token(self) -> str:
+        auth = self.headers.get("Authorization") or ""
+        return auth[7:] if auth.startswith("Bearer ") else ""
+
+    def _service(self) -> bool:
+        if secrets.compare_digest(self._token(), self.server.service_token):
+            return True
+        self._send(401, {"error": "service token required"})
+        return False
+
+    def _fault(self) -> bool:
+        with self.server.lock:
+            self.server.requests += 1
+            fault = self.server.faults[0] if self.server.faults else None
+            if fault is not None:
+                fault["count"] -= 1
+                if fault["count"] <= 0:
+                    self.server.faults.pop(0)
+        if fault is None:
+            return False
+        if fault.get("delay"):
+            time.sleep(float(fault["delay"]))
+        if fault.get("status"):
+            self._send(int(fault["status"]), {"error": "injected fault"})
+            return True
+        return False
+
+    def _route(self, method: str) -> None:
+        path = urllib.parse.urlsplit(self.path).path.rstrip("/")
+        parts = [urllib.parse.unquote(p) for p in path.split("/")[1:]]
+        try:
+            body = self._body() if method in ("POST", "PUT") else None
+        except ValueError:
+            self._send(400, {"error": "body is not JSON"})
+            return
+        if parts == ["_faults"] and method == "POST":
+            if self._service():
+                with self.server.lock:
+                    self.server.faults.append(dict(body))
+                self._send(200, {})
+            return
+        if self._fault():
+            return
+        db = self.server.db
+        if parts == ["jobs"] and method == "POST":
+            if self._service():
+                if not isinstance(body, dict) or not isinstance(body.get("harness"), str):
+                    self._send(400, {"error": "harness (a string) is required"})
+                    return
+                self._send(201, db.enqueue(harness=body["harness"], launch_request=body.get("launch_request", {}),
+                                           run_id=body.get("id")))
+        elif parts == ["jobs"] and method == "GET":
+            if self._service():
+                self._send(200, db.runs())
+        elif parts == ["jobs", "next"] and method == "POST":
+            if self._service():
+                run = db.claim()
+                self._send(204) if run is None else self._send(200, run)
+        elif len(parts) == 3 and parts[0] == "jobs" and parts[2] == "status" and method == "POST":
+            state = body.get("status") if isinstance(body, dict) else None
+            if state not in store.STATES:
+                self._send(400, {"error": f"status must be one of {', '.join(store.STATES)}"})
+                return
+            code = db.report(parts[1], token=self._token(), state=state, body=body)
+            self._send(code, {"error": {404: "unknown run", 401: "wrong job token",
+                                        409: "run already terminal"}.get(code)} if code != 200 else {})
+        elif len(parts) == 2 and parts[0] == "jobs" and method == "GET":
+            if self._service():
+                run = db.get(parts[1])
+                self._send(404, {"error": "unknown run"}) if run is None else self._send(200, run)
+        elif len(parts) == 2 and parts[0] == "harnesses" and method == "PUT":
+            if self._service():
+                limit = body.get("max_parallel") if isinstance(body, dict) else None
+                if not isinstance(limit, int) or limit < 1:
+                    self._send(400, {"error": "max_parallel must be an integer >= 1"})
+                    return
+                db.set_harness(parts[1], max_parallel=limit)
+                self._send(200, {})
+        else:
+            self._send(404, {"error": "no such endpoint"})
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def do_PUT(self) -> None:
+        self._route("PUT")

@@ -1,0 +1,146 @@
+"""The run table in SQLite, and the atomic claim.
+
+States: pending -> claimed -> running -> succeeded | failed | cancelled.
+The claim is one `UPDATE ... RETURNING` inside `BEGIN IMMEDIATE`, so two
+concurrent callers can never take the same run: SQLite serializes writers,
+and the row the statement picks is changed by the same statement.
+
+Per-harness maximum parallelism: a pending run is claimable only while its
+harness has fewer than `max_parallel` runs claimed or running. A claimed run
+whose lease expired (its dispatcher died before the driver said "running")
+is offered again; it already holds its harness slot. The dispatcher's Job
+name is derived from the run id, so offering a run again cannot make a
+second Job.
+
+Per-job tokens are minted at enqueue (secrets.token_urlsafe). They are
+stored as they are: this is a stand-in, and the claim must hand them out.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sqlite3
+import threading
+import time
+import uuid
+from typing import Any
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+STATES = ("running", *TERMINAL)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS harnesses (name TEXT PRIMARY KEY, max_parallel INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT UNIQUE NOT NULL,
+  harness TEXT NOT NULL,
+  launch_request TEXT NOT NULL,
+  token TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'pending',
+  claims INTEGER NOT NULL DEFAULT 0,
+  lease_until REAL,
+  enqueued_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_state ON runs (state, seq);
+CREATE TABLE IF NOT EXISTS reports (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  run_id TEXT NOT NULL,
+  state TEXT NOT NULL,
+  body TEXT NOT NULL,
+  at REAL NOT NULL
+);
+"""
+
+CLAIM = """
+UPDATE runs SET state = 'claimed', claims = claims + 1, lease_until = :lease
+WHERE seq = (
+  SELECT r.seq FROM runs r LEFT JOIN harnesses h ON h.name = r.harness
+  WHERE (r.state = 'claimed' AND r.lease_until < :now)
+     OR (r.state = 'pending' AND (h.max_parallel IS NULL OR
+         (SELECT count(*) FROM runs x WHERE x.harness = r.harness AND x.state IN ('claimed', 'running'))
+         < h.max_parallel))
+  ORDER BY r.seq LIMIT 1)
+RETURNING id, token, launch_request, harness, claims
+"""
+
+
+class Store:
+    def __init__(self, path: str, *, lease_seconds: float) -> None:
+        self.path = path
+        self.lease_seconds = lease_seconds
+        self._local = threading.local()
+        with self._db() as db:
+            db.executescript(SCHEMA)
+
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=True)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.row_factory = sqlite3.Row
+            self._local.db = db
+        return db
+
+    def set_harness(self, name: str, *, max_parallel: int) -> None:
+        self._db().execute("INSERT INTO harnesses (name, max_parallel) VALUES (?, ?) "
+                           "ON CONFLICT (name) DO UPDATE SET max_parallel = excluded.max_parallel",
+                           (name, max_parallel))
+
+    def enqueue(self, *, harness: str, launch_request: Any, run_id: str | None = None) -> dict[str, str]:
+        run_id = run_id or uuid.uuid4().hex
+        token = secrets.token_urlsafe(24)
+        self._db().execute("INSERT INTO runs (id, harness, launch_request, token, enqueued_at) VALUES (?, ?, ?, ?, ?)",
+                           (run_id, harness, json.dumps(launch_request), token, time.time()))
+        return {"id": run_id, "token": token}
+
+    def claim(self) -> dict[str, Any] | None:
+        db = self._db()
+        now = time.time()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute(CLAIM, {"now": now, "lease": now + self.lease_seconds}).fetchone()
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        if row is None:
+            return None
+        return {"id": row["id"], "token": row["token"], "launch_request": json.loads(row["launch_request"]),
+                "harness": row["harness"], "claims": row["claims"]}
+
+    def report(self, run_id: str, *, token: str, state: str, body: Any) -> int:
+        """200 accepted, 404 unknown run, 401 wrong token, 409 already terminal."""
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute("SELECT token, state FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                code = 404
+            elif not secrets.compare_digest(row["token"], token):
+                code = 401
+            elif row["state"] in TERMINAL:
+                code = 409
+            else:
+                db.execute("UPDATE runs SET state = ?, lease_until = NULL WHERE id = ?", (state, run_id))
+                db.execute("INSERT INTO reports (run_id, state, body, at) VALUES (?, ?, ?, ?)",
+                           (run_id, state, json.dumps(body), time.time()))
+                code = 200
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return code
+
+    def get(self, run_id: str) -> dict[str, Any] | None:
+        db = self._db()
+        row = db.execute("SELECT id, harness, state, claims FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            return None
+        reports = [{"state": r["state"], "body": json.loads(r["body"])} for r in
+                   db.execute("SELECT state, body FROM reports WHERE run_id = ? ORDER BY seq", (run_id,))]
+        return {**dict(row), "reports": reports}
+
+    def runs(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._db().execute("SELECT id, harness, state, claims FROM runs ORDER BY seq")]

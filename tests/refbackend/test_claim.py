@@ -1,0 +1,81 @@
+"""The reference backend's claim: atomic under concurrent callers, limits, leases, status answers."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import time
+import urllib.request
+
+from tests.refbackend import proc
+
+
+def test_many_concurrent_claimers_never_get_the_same_run() -> None:
+    with proc.Backend() as backend:
+        ids = {backend.enqueue(harness=f"h{i % 3}")["id"] for i in range(300)}
+
+        def claimer(_: int) -> list[str]:
+            got = []
+            while True:
+                code, body = backend.call("POST", "/jobs/next")
+                if code == 204:
+                    return got
+                assert code == 200, (code, body)
+                got.append(body["id"])
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=24) as pool:
+            claimed = [i for part in pool.map(claimer, range(24)) for i in part]
+        counts = collections.Counter(claimed)
+        assert [i for i, n in counts.items() if n > 1] == []
+        assert set(claimed) == ids
+
+
+def test_per_harness_limit_holds_the_rest_pending_until_a_slot_frees() -> None:
+    with proc.Backend() as backend:
+        assert backend.call("PUT", "/harnesses/small", {"max_parallel": 2})[0] == 200
+        runs = [backend.enqueue(harness="small") for _ in range(4)]
+        other = backend.enqueue(harness="other")
+        first = [backend.call("POST", "/jobs/next")[1]["id"] for _ in range(3)]
+        assert first == [runs[0]["id"], runs[1]["id"], other["id"]]
+        assert backend.call("POST", "/jobs/next")[0] == 204
+        assert backend.call("POST", f"/jobs/{runs[0]['id']}/status", {"status": "succeeded"},
+                            token=runs[0]["token"])[0] == 200
+        assert backend.call("POST", "/jobs/next")[1]["id"] == runs[2]["id"]
+
+
+def test_a_claim_that_never_started_is_offered_again_after_its_lease() -> None:
+    with proc.Backend(lease=0.5) as backend:
+        run = backend.enqueue()
+        assert backend.call("POST", "/jobs/next")[1]["id"] == run["id"]
+        assert backend.call("POST", "/jobs/next")[0] == 204
+        time.sleep(0.7)
+        again = backend.call("POST", "/jobs/next")[1]
+        assert (again["id"], again["token"], again["claims"]) == (run["id"], run["token"], 2)
+        assert backend.call("POST", f"/jobs/{run['id']}/status", {"status": "running"}, token=run["token"])[0] == 200
+        time.sleep(0.7)
+        assert backend.call("POST", "/jobs/next")[0] == 204
+
+
+def test_status_answers_unknown_wrong_token_terminal_and_bad_state() -> None:
+    with proc.Backend() as backend:
+        run = backend.enqueue()
+        path = f"/jobs/{run['id']}/status"
+        assert backend.call("POST", "/jobs/nope/status", {"status": "failed"}, token=run["token"])[0] == 404
+        assert backend.call("POST", path, {"status": "failed"}, token="wrong")[0] == 401
+        assert backend.call("POST", path, {"status": "exploded"}, token=run["token"])[0] == 400
+        assert backend.call("POST", path, {"status": "failed", "error": {"x": 1}}, token=run["token"])[0] == 200
+        assert backend.call("POST", path, {"status": "failed"}, token=run["token"])[0] == 409
+        assert [r["state"] for r in backend.get(run["id"])["reports"]] == ["failed"]
+
+
+def test_service_token_is_checked() -> None:
+    with proc.Backend() as backend:
+        backend.enqueue()
+        assert backend.call("POST", "/jobs/next", token="wrong")[0] == 401
+        assert backend.call("POST", "/jobs", {"harness": "h"}, token="")[0] == 401
+        request = urllib.request.Request(backend.url + "/jobs/next", data=b"", method="POST")
+        try:
+            urllib.request.urlopen(request, timeout=10)
+            raise AssertionError("no token was accepted")
+        except urllib.error.HTTPError as e:
+            assert e.code == 401
