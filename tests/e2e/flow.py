@@ -56,7 +56,8 @@ def runtime(name: str, *, max_restarts: int = 2, cpu: str | None = None) -> dict
 class Scenario:
     """One TrainJob's life, and every execution the test ran for its pods."""
 
-    def __init__(self, stack: stack_mod.Stack, api: kubernetes.client.ApiClient, namespace: str) -> None:
+    def __init__(self, stack: stack_mod.Stack, api: kubernetes.client.ApiClient, namespace: str, *,
+                 service_account: bool = True) -> None:
         self.stack = stack
         self.api = api
         self.core = kubernetes.client.CoreV1Api(api)
@@ -68,7 +69,9 @@ class Scenario:
         self.executions: list[execute.Execution] = []
         self.seen_pods: set[str] = set()
         # The sidecar's ServiceAccount (deployments/k8s/base/sidecar grants it its rights).
-        self.core.create_namespaced_service_account(namespace, {"metadata": {"name": names.SIDECAR_SERVICE_ACCOUNT}})
+        if service_account:
+            self.core.create_namespaced_service_account(namespace,
+                                                        {"metadata": {"name": names.SIDECAR_SERVICE_ACCOUNT}})
 
     def create_runtime(self, doc: dict[str, Any], *, fit: bool = True) -> None:
         body = render.runtime(doc) if fit else doc
@@ -105,7 +108,13 @@ class Scenario:
                 return value
             time.sleep(0.3)
         raise AssertionError(f"timed out after {timeout}s waiting for {what}; pods: "
-                             f"{[(p['metadata']['name'], p['status'].get('phase')) for p in self.pods()]}")
+                             f"{[(p['metadata']['name'], p['status'].get('phase')) for p in self.pods()]}; "
+                             f"workloads: {self._workloads()}")
+
+    def _workloads(self) -> list[Any]:
+        listed = self.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", self.namespace, "workloads")
+        return [(w["metadata"]["name"], (w.get("status") or {}).get("conditions"),
+                 (w.get("status") or {}).get("admissionChecks")) for w in listed["items"]]
 
     def new_running_pods(self) -> list[dict[str, Any]]:
         """Wait for pods not seen before, all Running on kwok nodes."""

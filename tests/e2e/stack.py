@@ -345,11 +345,12 @@ class Stack:
     def _start_dispatch_controller(self) -> None:
         """Our admission-check controller and reset detector (`toolkit controller`)."""
         health = harness._free_port()
-        toolkit_cli = pathlib.Path(sys.executable).parent / "toolkit"
+        # The `toolkit controller` command itself, called as a click command.
         self._run("dispatch-controller", [
-            str(toolkit_cli), "controller", f"--kubeconfig={self.plane.kubeconfig}", "--no-leader-elect",
+            sys.executable, "-c", "import sys; from toolkit import cli_cluster; cli_cluster.controller_cmd(sys.argv[1:])",
+            f"--kubeconfig={self.plane.kubeconfig}", "--no-leader-elect",
             f"--health-port={health}", "--workers=2",
-        ], env={"HOME": str(self.workdir)})
+        ], env={"HOME": str(self.workdir), "PYTHONPATH": str(HERE.parent.parent)})
         self._wait_ready("dispatch-controller", health)
 
     def add_node(self, api: kubernetes.client.ApiClient, name: str, *, cpu: str = "8", memory: str = "16Gi",
