@@ -1,0 +1,195 @@
+"""Rendering (DESIGN.md §4, §5, §8): the TrainJob for a StartRequest, and
+the runtime helper that makes a user's (Cluster)TrainingRuntime fit §5.
+
+`trainjob(request)` is complete and final: spec.trainer is immutable after
+creation, so everything run-time-dependent reaches the container through
+the Downward API (A from the pod annotation our runtime patch sets, J from
+JobSet's restart label) and the prologue. It is created suspended with A =
+"0" in our runtime-patch entry; the adapter or the admission controller
+raises A before anything runs (§6).
+
+`runtime(doc)` adds what the adapter needs and a runtime patch cannot:
+- `restartPolicy: Never` on the node pod template and `backoffLimit: 0` on
+  the node Job (JobSet's defaults would restart in place);
+- the sidecar verifier as a native sidecar (an initContainer with
+  `restartPolicy: Always`; Trainer's patch can only amend containers that
+  exist, so the sidecar must be in the runtime), its Downward API volume,
+  and the pod's serviceAccountName (the sidecar's ServiceAccount).
+It is idempotent (rendering its output again changes nothing) and leaves
+every other field, including failure policies the user chose, as it was:
+deciding to allow rank restarts is the user's, and `runtime_check` reports
+them.
+
+Sidecar contract (the sidecar reads these; `sidecar_container` is the one
+place that writes them): the Downward API volume `names.PODINFO_VOLUME` is
+mounted read-only at `names.PODINFO_DIR` (/etc/dispatch/podinfo) with the
+files `annotations`, `labels` (the kubelet's key="value" lines), `name` and
+`namespace`; the env holds POD_NAME and POD_NAMESPACE as well.
+
+Pure: dicts in, new dicts out; inputs are never modified.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from toolkit import names, raising, runtime_check, wrap
+from toolkit import request as request_mod
+
+Obj = dict[str, Any]
+
+
+class RenderError(ValueError):
+    """The input cannot be rendered; the message names the field."""
+
+
+def trainjob(req: request_mod.StartRequest) -> Obj:
+    """The complete TrainJob for a StartRequest (suspended, A = 0)."""
+    trainer: Obj = {
+        "command": wrap.command(),
+        "args": list(req.command),
+        "env": wrap.env(
+            job=[(v.name, v.value) for v in req.env],
+            epoch_prefix=req.epoch_prefix,
+            token_prefix=req.token_prefix,
+            workdir=req.workdir,
+        ),
+    }
+    if req.num_nodes is not None:
+        trainer["numNodes"] = req.num_nodes
+    if req.resources_per_node is not None:
+        trainer["resourcesPerNode"] = {part: dict(amounts) for part, amounts in req.resources_per_node.items()}
+    metadata: Obj = {
+        "name": req.name,
+        "namespace": req.namespace,
+        "annotations": {
+            names.JOB_ID_ANNOTATION: req.job_id,
+            names.GENERATION_ANNOTATION: str(req.generation),
+            names.SUBMISSION_ANNOTATION: str(req.submission),
+            names.ATTEMPT_ANNOTATION: str(req.attempt),
+        },
+    }
+    if req.mode == "kueue":
+        assert req.queue_name, "the request validates queueName in kueue mode"
+        metadata["labels"] = {names.KUEUE_QUEUE_LABEL: req.queue_name}
+    return {
+        "apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}",
+        "kind": "TrainJob",
+        "metadata": metadata,
+        "spec": {
+            "runtimeRef": {
+                "apiGroup": names.TRAINER_GROUP,
+                "kind": req.runtime_ref.kind,
+                "name": req.runtime_ref.name,
+            },
+            "suspend": True,
+            "trainer": trainer,
+            "runtimePatches": [raising.patch_entry(0)],
+        },
+    }
+
+
+def _field_env(name: str, path: str) -> Obj:
+    return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+
+
+def sidecar_container(*, image: str = names.SIDECAR_IMAGE, env: Sequence[Obj] = ()) -> Obj:
+    """The sidecar verifier as a native sidecar container (see the module docstring)."""
+    return {
+        "name": names.SIDECAR_CONTAINER,
+        "image": image,
+        "restartPolicy": "Always",
+        "env": [
+            _field_env("POD_NAME", "metadata.name"),
+            _field_env("POD_NAMESPACE", "metadata.namespace"),
+            *[dict(e) for e in env],
+        ],
+        "volumeMounts": [{"name": names.PODINFO_VOLUME, "mountPath": names.PODINFO_DIR, "readOnly": True}],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def podinfo_volume() -> Obj:
+    """The Downward API volume the sidecar reads (files named as in the docstring)."""
+    items = [
+        ("annotations", "metadata.annotations"),
+        ("labels", "metadata.labels"),
+        ("name", "metadata.name"),
+        ("namespace", "metadata.namespace"),
+    ]
+    return {
+        "name": names.PODINFO_VOLUME,
+        "downwardAPI": {
+            "items": [{"path": path, "fieldRef": {"apiVersion": "v1", "fieldPath": field}} for path, field in items]
+        },
+    }
+
+
+def _upsert(items: list[Any], entry: Obj) -> None:
+    """Replace the entry of the same name, or append: so a second render equals the first."""
+    for i, item in enumerate(items):
+        if isinstance(item, Mapping) and item.get("name") == entry["name"]:
+            items[i] = entry
+            return
+    items.append(entry)
+
+
+def _dict_at(parent: Obj, key: str, path: str) -> Obj:
+    value = parent.setdefault(key, {})
+    if value is None:
+        value = parent[key] = {}
+    if not isinstance(value, dict):
+        raise RenderError(f"{path}: must be a mapping, found {type(value).__name__}")
+    return value
+
+
+def _list_at(parent: Obj, key: str, path: str) -> list[Any]:
+    value = parent.setdefault(key, [])
+    if value is None:
+        value = parent[key] = []
+    if not isinstance(value, list):
+        raise RenderError(f"{path}: must be a list, found {type(value).__name__}")
+    return value
+
+
+def runtime(
+    doc: Mapping[str, Any],
+    *,
+    sidecar_image: str = names.SIDECAR_IMAGE,
+    service_account: str = names.SIDECAR_SERVICE_ACCOUNT,
+) -> Obj:
+    """A copy of the runtime with §5's fields and the sidecar added."""
+    if not isinstance(doc, Mapping):
+        raise RenderError(f"(document): must be a mapping, found {type(doc).__name__}")
+    kind = doc.get("kind")
+    if kind not in runtime_check.KINDS:
+        raise RenderError(f"kind: must be ClusterTrainingRuntime or TrainingRuntime, found {kind!r}")
+    out = copy.deepcopy(dict(doc))
+    rjob = runtime_check.node_job(out)
+    if rjob is None:
+        raise RenderError(f"{runtime_check.NODE}: the trainer's replicated job must exist, found absent")
+    template = _dict_at(rjob, "template", f"{runtime_check.NODE}.template")
+    job_spec = _dict_at(template, "spec", runtime_check.NODE_JOB_SPEC)
+    pod_template = _dict_at(job_spec, "template", f"{runtime_check.NODE_JOB_SPEC}.template")
+    pod_spec = _dict_at(pod_template, "spec", runtime_check.NODE_POD_SPEC)
+
+    job_spec["backoffLimit"] = 0
+    pod_spec["restartPolicy"] = "Never"
+    account = pod_spec.get("serviceAccountName")
+    if account not in (None, "", service_account):
+        raise RenderError(
+            f"{runtime_check.NODE_POD_SPEC}.serviceAccountName: is {account!r}, but the sidecar runs as "
+            f"{service_account!r}; grant {account!r} the sidecar's rights and pass it as the service account"
+        )
+    pod_spec["serviceAccountName"] = service_account
+    _upsert(_list_at(pod_spec, "initContainers", f"{runtime_check.NODE_POD_SPEC}.initContainers"),
+            sidecar_container(image=sidecar_image))
+    _upsert(_list_at(pod_spec, "volumes", f"{runtime_check.NODE_POD_SPEC}.volumes"), podinfo_volume())
+    return out
