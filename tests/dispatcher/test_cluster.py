@@ -1,0 +1,245 @@
+"""The dispatcher on the real control plane, against the reference backend, under the shipped Role.
+
+There is no kubelet: a test writes a driver pod's terminal state through the
+status subresource, as a kubelet would, and plays the driver's own reports.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+import threading
+import time
+from typing import Any
+
+import kubernetes.client
+import kubernetes.watch
+import pytest
+
+from tests.dispatcher import cluster
+from tests.refbackend import proc
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def rbac_kubeconfig(control_plane: Any, namespace: str, api_client: kubernetes.client.ApiClient) -> str:
+    cluster.install_rbac(api_client, namespace)
+    return str(control_plane.mint_kubeconfig(namespace=namespace, service_account=cluster.SA))
+
+
+@pytest.fixture
+def backend() -> Any:
+    with proc.Backend() as b:
+        yield b
+
+
+def test_runs_become_jobs_with_the_exact_environment_the_cap_holds_and_slots_come_back(
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, backend: proc.Backend) -> None:
+    runs = [backend.enqueue(launch_request={"n": i}) for i in range(5)]
+    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+                           TCAB_DISPATCHER_MAX_INFLIGHT="3", TCAB_K8S_NAMESPACE=namespace,
+                           TCAB_K8S_NODE_SELECTOR="pool=runs", TCAB_CONTAINER_IMAGE_TAG="abc123",
+                           TCAB_DISPATCHER_JOB_TTL_SECONDS="600")
+    try:
+        d.start()
+        cluster.wait(lambda: len(cluster.jobs(api_client, namespace)) == 3, what="3 Jobs")
+        time.sleep(1.5)
+        assert len(cluster.jobs(api_client, namespace)) == 3, "more than MAX_INFLIGHT unfinished"
+
+        first = next(j for j in cluster.jobs(api_client, namespace) if j.metadata.name == f"tcab-run-{runs[0]['id']}")
+        spec = api_client.sanitize_for_serialization(first)["spec"]
+        container = spec["template"]["spec"]["containers"][0]
+        assert container["env"] == [
+            {"name": "TCAB_BACKEND_URL", "value": backend.url},
+            {"name": "TCAB_JOB_ID", "value": runs[0]["id"]},
+            {"name": "TCAB_JOB_TOKEN", "valueFrom": {"secretKeyRef": {"name": first.metadata.name, "key": "token"}}},
+            {"name": "TCAB_LAUNCH_REQUEST", "value": '{"n":0}'},
+            {"name": "TCAB_DRIVER_RUNTIME", "value": "kubernetes"},
+            {"name": "TCAB_DRIVER_POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}},
+            {"name": "TCAB_CONTAINER_IMAGE_TAG", "value": "abc123"},
+            {"name": "TCAB_K8S_NAMESPACE", "value": namespace},
+            {"name": "TCAB_K8S_NODE_SELECTOR", "value": "pool=runs"},
+        ]
+        assert runs[0]["token"] not in json.dumps(api_client.sanitize_for_serialization(first))
+        assert container["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
+        assert (spec["backoffLimit"], spec["ttlSecondsAfterFinished"]) == (0, 600)
+        assert first.metadata.labels["test-cabinet/job-id"] == runs[0]["id"]
+        assert first.metadata.labels["app.kubernetes.io/managed-by"] == "test-cabinet-dispatcher"
+        secret = kubernetes.client.CoreV1Api(api_client).read_namespaced_secret(first.metadata.name, namespace)
+        assert [(o.kind, o.uid) for o in secret.metadata.owner_references] == [("Job", first.metadata.uid)]
+        assert cluster.job_token(api_client, namespace, first.metadata.name) == runs[0]["token"]
+
+        # A slot comes back when a Job finishes...
+        pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, first.metadata.name), what="driver pod")
+        cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=0, reason="Completed")
+        cluster.wait(lambda: len(cluster.jobs(api_client, namespace)) == 4, what="a 4th Job after a finish")
+        # ...and when one is deleted before it finished.
+        victim = next(j for j in cluster.jobs(api_client, namespace) if cluster.unfinished(j))
+        kubernetes.client.BatchV1Api(api_client).delete_namespaced_job(
+            victim.metadata.name, namespace, propagation_policy="Background")
+        cluster.wait(lambda: len([j for j in cluster.jobs(api_client, namespace)
+                                  if j.metadata.name != victim.metadata.name]) == 4, what="a 5th Job after a delete")
+        assert sum(cluster.unfinished(j) for j in cluster.jobs(api_client, namespace)) <= 3
+        victim_id = victim.metadata.labels["test-cabinet/job-id"]
+        cluster.wait(lambda: backend.get(victim_id)["state"] == "failed", what="the deleted run reported")
+        assert backend.get(victim_id)["reports"][0]["body"]["error"]["reason"] == "DriverJobDeleted"
+
+        assert d.terminate() == 0
+        text = d.text()
+        assert backend.token not in text and not any(r["token"] in text for r in runs)
+        assert all(not line.get("unparsed") and line["component"] == "dispatcher" for line in d.lines())
+        assert d.lines()[-1]["message"] == "stopped"
+    finally:
+        d.close()
+
+
+def test_a_failed_driver_is_reported_once_with_reason_and_exit_code_and_its_sandbox_reaped(
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, backend: proc.Backend) -> None:
+    run = backend.enqueue()
+    core = kubernetes.client.CoreV1Api(api_client)
+    sandbox_labels = {"test-cabinet/job-id": run["id"], "app.kubernetes.io/managed-by": "test-cabinet-driver"}
+    pod_spec = {"containers": [{"name": "c", "image": "sandbox"}]}
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "sandbox-1", "labels": sandbox_labels}, "spec": pod_spec})
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "other-run", "labels": {
+        **sandbox_labels, "test-cabinet/job-id": "someone-else"}}, "spec": pod_spec})
+    # The first two reports meet a failing backend: retried, then delivered once.
+    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend)
+    try:
+        d.start()
+        name = f"tcab-run-{run['id']}"
+        pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, name), what="driver pod")
+        backend.fault(status=503, count=2)
+        cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=137, reason="OOMKilled")
+        cluster.wait(lambda: backend.get(run["id"])["state"] == "failed", what="the death report")
+        cluster.wait(lambda: "sandbox-1" not in [p.metadata.name for p in core.list_namespaced_pod(namespace).items]
+                     or None, what="the sandbox pod deleted")
+        remaining = {p.metadata.name for p in core.list_namespaced_pod(namespace).items}
+        assert pod.metadata.name in remaining and "other-run" in remaining
+        time.sleep(1)
+        reports = backend.get(run["id"])["reports"]
+        assert len(reports) == 1
+        error = reports[0]["body"]["error"]
+        assert (error["reason"], error["exit_code"], error["pod"]) == ("OOMKilled", 137, pod.metadata.name)
+        assert error["log_tail"] is None and error["log_error"].startswith("no log could be read")
+        assert error["job_condition"]["reason"]
+        assert any(line["message"] == "death report not delivered; retrying" for line in d.lines())
+        assert d.terminate() == 0
+        # A restart reports the still-present failed Job again; the backend's 409 makes that a no-op.
+        d.start()
+        cluster.wait(lambda: any(line["message"] == "death report not needed" for line in d.lines()), what="409")
+        assert len(backend.get(run["id"])["reports"]) == 1
+        assert d.terminate() == 0
+    finally:
+        d.close()
+
+
+def test_a_verb_outside_the_role_is_forbidden(control_plane: Any, rbac_kubeconfig: str, namespace: str) -> None:
+    with kubernetes.config.new_client_from_config(config_file=rbac_kubeconfig) as api:
+        batch = kubernetes.client.BatchV1Api(api)
+        batch.list_namespaced_job(namespace)  # inside the Role
+        core = kubernetes.client.CoreV1Api(api)
+        for call in (lambda: core.list_namespaced_secret(namespace),
+                     lambda: core.create_namespaced_pod(namespace, {"metadata": {"name": "x"}, "spec": {
+                         "containers": [{"name": "c", "image": "x"}]}}),
+                     lambda: batch.patch_namespaced_job("x", namespace, {"metadata": {"labels": {"a": "b"}}}),
+                     lambda: batch.list_namespaced_job("default")):
+            with pytest.raises(kubernetes.client.ApiException) as e:
+                call()
+            assert e.value.status == 403
+
+
+def test_recovers_after_the_apiserver_stops_and_starts(
+        control_plane: Any, api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str,
+        backend: proc.Backend) -> None:
+    backend.enqueue()
+    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend)
+    try:
+        d.start()
+        cluster.wait(lambda: len(cluster.jobs(api_client, namespace)) == 1, what="first Job")
+        control_plane.stop_apiserver()
+        try:
+            second = backend.enqueue()
+            time.sleep(2)
+        finally:
+            control_plane.start_apiserver()
+        with control_plane.api_client() as api:
+            cluster.wait(lambda: len(cluster.jobs(api, namespace)) == 2, timeout=60, what="Job after restart")
+            assert {j.metadata.name for j in cluster.jobs(api, namespace)} >= {f"tcab-run-{second['id']}"}
+        assert d.popen is not None and d.popen.poll() is None
+        assert d.terminate() == 0
+    finally:
+        d.close()
+
+
+def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twice_leaks_no_slot(
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
+    max_inflight = 4
+    rng = random.Random(7)
+    with proc.Backend(lease=1.5) as backend:
+        runs = {r["id"]: r for r in (backend.enqueue() for _ in range(40))}
+        uids: dict[str, set[str]] = collections.defaultdict(set)
+        state: dict[str, bool] = {}
+        peak = [0]
+        stop = threading.Event()
+
+        def observe() -> None:
+            # Every Job ever created, by uid; the peak of unfinished ones.
+            with cluster.control_plane_client(api_client) as api:
+                w = kubernetes.watch.Watch()
+                for event in w.stream(kubernetes.client.BatchV1Api(api).list_namespaced_job, namespace,
+                                      timeout_seconds=300):
+                    job = event["object"]
+                    uids[job.metadata.name].add(job.metadata.uid)
+                    if event["type"] == "DELETED":
+                        state.pop(job.metadata.name, None)
+                    else:
+                        state[job.metadata.name] = cluster.unfinished(job)
+                    peak[0] = max(peak[0], sum(state.values()))
+                    if stop.is_set():
+                        w.stop()
+
+        def kubelet_and_driver() -> None:
+            # Plays each driver: says "succeeded" with its token, then its pod ends.
+            done: set[str] = set()
+            core = kubernetes.client.CoreV1Api(api_client)
+            while not stop.is_set():
+                for pod in core.list_namespaced_pod(namespace).items:
+                    name = pod.metadata.labels.get("batch.kubernetes.io/job-name")
+                    if not name or pod.metadata.name in done or rng.random() < 0.5:
+                        continue
+                    run_id = pod.metadata.labels["test-cabinet/job-id"]
+                    try:
+                        token = cluster.job_token(api_client, namespace, name)
+                    except kubernetes.client.ApiException:
+                        continue  # its Secret is not there yet
+                    backend.call("POST", f"/jobs/{run_id}/status", {"status": "succeeded"}, token=token)
+                    cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=0, reason="Completed")
+                    done.add(pod.metadata.name)
+                time.sleep(0.1)
+
+        threads = [threading.Thread(target=observe, daemon=True), threading.Thread(target=kubelet_and_driver)]
+        for t in threads:
+            t.start()
+        d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+                               TCAB_DISPATCHER_MAX_INFLIGHT=str(max_inflight), TCAB_DISPATCHER_LOG_LEVEL="info")
+        try:
+            for _ in range(50):
+                d.start()
+                time.sleep(rng.uniform(0.3, 1.2))
+                d.kill()
+            d.start()
+            cluster.wait(lambda: all(r["state"] == "succeeded" for r in backend.runs()), timeout=90,
+                         what="every run to end")
+            # No slot leaked: the last dispatcher still takes MAX_INFLIGHT new runs at once.
+            extra = [backend.enqueue()["id"] for _ in range(max_inflight)]
+            cluster.wait(lambda: all(f"tcab-run-{i}" in uids for i in extra), what="new runs after the kills")
+            assert d.terminate() == 0
+        finally:
+            stop.set()
+            threads[1].join()
+            d.close()
+        assert {name: ids for name, ids in uids.items() if len(ids) > 1} == {}, "a run was dispatched twice"
+        assert set(runs) <= {n.removeprefix("tcab-run-") for n in uids}
+        assert peak[0] <= max_inflight
