@@ -155,6 +155,9 @@ def _command(value: object) -> tuple[str, ...]:
     if not items[0]:
         # The prologue refuses an empty first word: "no command to run".
         raise RequestError("command[0]", "must not be empty")
+    if items[0].startswith("-"):
+        # The prologue refuses it too: exec would read it as an option.
+        raise RequestError("command[0]", f"must not start with '-', found {items[0]!r}")
     for i, item in enumerate(items):
         if "\0" in item:
             raise RequestError(f"command[{i}]", "must not contain a NUL character")

@@ -28,6 +28,10 @@ from toolkit import names, prologue
 SHELL = "/bin/sh"
 
 
+class WrapError(ValueError):
+    """A command the prologue would refuse."""
+
+
 class ReservedEnvError(ValueError):
     """A job env name starting DISPATCH_, or a repeated name."""
 
@@ -40,7 +44,9 @@ def command() -> list[str]:
 def argv(user_command: Sequence[str]) -> list[str]:
     """The whole exec-form command line: command() then the user's command."""
     if not user_command or not user_command[0]:
-        raise ValueError("no command to wrap: the prologue refuses an empty command")
+        raise WrapError("no command to wrap: the prologue refuses an empty command")
+    if user_command[0].startswith("-"):
+        raise WrapError(f"command {user_command[0]!r} starts with '-': the prologue refuses it (exec would read an option)")
     return command() + list(user_command)
 
 
