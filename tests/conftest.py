@@ -70,10 +70,10 @@ def namespace(control_plane: harness.ControlPlane | harness.ExistingCluster) -> 
             core.delete_namespace(name)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report: pytest.TestReport = yield
     if report.failed and "control_plane" in getattr(item, "fixturenames", ()):
         for plane in _planes:
             report.sections.append((f"control plane logs ({report.when})", plane.logs(lines=60)))
+    return report
