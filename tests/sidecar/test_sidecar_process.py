@@ -112,3 +112,14 @@ def test_bad_settings_exit_2_with_one_line(tmp_path: pathlib.Path) -> None:
             "dispatch-sidecar: DISPATCH_SIDECAR_INTERVAL_SECONDS='soon': must be a number of seconds in [0.01, 86400]"]
     finally:
         stop(proc)
+
+
+def test_imports_stay_standard_library_only() -> None:
+    # The sidecar pays for every import in every pod: no kubernetes client, no
+    # YAML, and of the toolkit only names and detect (so toolkit/__init__.py
+    # must stay import-free).
+    code = ("import sys, sidecar.main; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "{'toolkit', 'kubernetes', 'yaml', 'urllib3', 'click', 'docker', 'typing'}))")
+    done = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['toolkit', 'toolkit.detect', 'toolkit.names']"
