@@ -4,7 +4,8 @@ Trainer, JobSet and Kueue controllers and kwok on it (tests/e2e/stack.py).
 The e2e plane is not the session's shared `control_plane`: installing
 Trainer's and JobSet's webhooks changes how every TrainJob and pod is
 admitted, which would change what the other suites test. So this module
-starts its own plane and stack once per e2e module and stops both after it;
+starts its own plane and stack once per e2e module (a module that sets
+`E2E_KUEUE = True` gets Kueue and our controller too) and stops both after it;
 nothing is left running. When an e2e test fails, every controller's log (and
 the plane's) is attached to its report.
 """

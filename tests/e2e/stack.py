@@ -123,8 +123,11 @@ def _install_webhooks(api: kubernetes.client.ApiClient, docs: list[dict[str, Any
 class Stack:
     """Trainer + JobSet (+ Kueue) + kwok against a started control plane.
 
-    `kueue=True` also runs Kueue with the TrainJob integration; its
-    configuration is written here, so a scenario sets up its queues itself.
+    `kueue=True` also runs Kueue with the TrainJob integration (its
+    configuration is written here; a scenario sets up its queues itself) and
+    our controller (`toolkit controller`: the admission check and the reset
+    detector), as the cluster's admin: its RBAC is the deployment suite's
+    concern (deployments/k8s/base), not this one's.
     """
 
     def __init__(self, plane: Any, *, kueue: bool = False, bin_dir: pathlib.Path | None = None) -> None:
