@@ -48,8 +48,9 @@ cluster-up: venv controlplane
 cluster-down: venv
 	$(PY) -m tests.controlplane.harness down
 
-bench: venv images
+bench: venv images controlplane
 	bash bench/prologue
+	$(PY) bench/sidecar
 
 clean:
 	rm -rf $(VENV) build *.egg-info
