@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import kubernetes.client
 import pytest
 
 from tests.e2e import flow, stack as stack_mod
