@@ -15,7 +15,8 @@ POSIX enough for the prologue, and an entrypoint wrapper that gets in the way
 An image runs through the Docker Engine API (the `docker` SDK, imported
 here only: DOCKER_HOST names Docker or podman's Docker-compatible service).
 It is never pulled: a pipeline checks the image it just built. A directory
-runs through `chroot DIR /bin/sh ...`, which needs root.
+runs through `chroot DIR /bin/sh ...`, which needs root, and needs
+DIR/dev/null as a container runtime would provide it.
 """
 
 from __future__ import annotations
@@ -109,6 +110,10 @@ def check(target: str, *, timeout: float = 60) -> str:
 def check_rootfs(root: str, *, timeout: float = 60) -> str:
     if not os.path.lexists(os.path.join(root, "bin", "sh")):
         raise CheckFailed(f"{root}: no /bin/sh in this root filesystem; the prologue needs /bin/sh")
+    if not os.path.exists(os.path.join(root, "dev", "null")):
+        # Container runtimes provide /dev; a bare root filesystem often has none,
+        # and the prologue's `cd DIR 2>/dev/null` needs it.
+        raise CheckFailed(f"{root}: no /dev/null in this root filesystem (create it: mknod -m 666 {root}/dev/null c 1 3)")
     env: Mapping[str, str] = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **sample_env()}
     try:
         proc = subprocess.run(
