@@ -29,7 +29,6 @@ import errno
 import importlib
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -155,6 +154,8 @@ def write_output(text: str, output: str | None) -> None:
     if output is None or output == "-":
         click.echo(text, nl=False)
         return
+    import tempfile  # not at the top: `toolkit wrap` never writes a file
+
     directory = os.path.dirname(os.path.abspath(output))
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(output)}.", suffix=".tmp")
