@@ -298,6 +298,8 @@ def test_survives_the_apiserver_going_away_and_coming_back(setup: Setup, control
         sidecar.kill()
     failed = [line for line in sidecar.lines if line["msg"] == "check failed"]
     errors = {f["error"] for f in failed}
+    # Also seen: 403 for a moment after the restart, until the new apiserver's
+    # RBAC informer has synced; a 403 is retried like the rest, and recovers.
     assert any("Connection refused" in e for e in errors), errors
     assert [line["verdict"] for line in sidecar.lines if line["msg"] == "verdict"][-1] == "ok"
     assert sidecar.lines[-1]["msg"] == "stop"
