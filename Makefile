@@ -49,7 +49,7 @@ cluster-down: venv
 	$(PY) -m tests.controlplane.harness down
 
 bench: venv images controlplane
-	bash bench/prologue
+	$(PY) bench/prologue
 	$(PY) bench/sidecar
 
 clean:
