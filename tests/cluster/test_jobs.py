@@ -61,7 +61,11 @@ def test_job_controller_creates_pods_and_garbage_collector_deletes_them(
     core = kubernetes.client.CoreV1Api(api_client)
     created = batch.create_namespaced_job(namespace, job("two", parallelism=2))
 
-    pods = wait_for("two pods", lambda: (p := pods_of(core, namespace, "two")) if len(p) == 2 else None)
+    def two_pods() -> list[Any] | None:
+        pods = pods_of(core, namespace, "two")
+        return pods if len(pods) == 2 else None
+
+    pods = wait_for("two pods", two_pods)
     for pod in pods:
         [owner] = pod.metadata.owner_references
         assert (owner.kind, owner.uid, owner.controller) == ("Job", created.metadata.uid, True)

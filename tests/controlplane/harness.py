@@ -516,19 +516,21 @@ class ControlPlane:
     def expired_resource_version(self, *, namespace: str) -> str:
         """A PodTemplate resourceVersion that a watch must answer with 410 Gone.
 
-        Writes two PodTemplates, then compacts etcd at the newer one's revision
-        (resourceVersions are etcd revisions), so the history after the older
-        one is gone; PodTemplates are not in the watch cache, so etcd answers.
+        Writes three PodTemplates, then compacts etcd at the newest one's
+        revision (resourceVersions are etcd revisions). A watch from the first
+        starts one revision after it, which is now below the compacted revision
+        (compaction at R keeps R itself, hence three writes, not two).
+        PodTemplates are not in the watch cache, so etcd answers, with 410.
         """
         with self.api_client() as api:
             core = kubernetes.client.CoreV1Api(api)
             versions = []
-            for i in range(2):
+            for _ in range(3):
                 body = {"metadata": {"generateName": "expire-"},
                         "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}
                 created = core.create_namespaced_pod_template(namespace, body)
                 versions.append(created.metadata.resource_version)
-        self._etcd_post("/v3/kv/compaction", {"revision": versions[1], "physical": True})
+        self._etcd_post("/v3/kv/compaction", {"revision": versions[2], "physical": True})
         return str(versions[0])
 
     def _etcd_post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
