@@ -48,7 +48,6 @@ def test_rendered_trainjob_runs_through_a_real_sh(tmp_path: pathlib.Path) -> Non
     """The trainer command, args and env of the rendered TrainJob, run the way
     the kubelet would (env resolved, exec of command + args), give the epoch
     and attempt identity says."""
-    req = request.load(str(EXAMPLE))
     req = request.from_dict({**yamlio.load_document(str(EXAMPLE)), "workdir": str(tmp_path),
                              "command": ["/bin/sh", "-c", 'echo "$DISPATCH_EPOCH $DISPATCH_ATTEMPT $PWD $HF_HOME"']})
     tj = render.trainjob(req)
