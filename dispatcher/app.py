@@ -212,11 +212,18 @@ class Dispatcher:
                         raise
                 return state, uid, latency, "", name, claim
             except kube.ApiError as e:
-                if e.status < 500 and e.status != 429:
+                # 401/403 are retried too: an apiserver that just started answers 403 until its RBAC
+                # cache has synced. Only a refusal of the object itself (400, 404, 409 for another
+                # run, 422) is final.
+                if e.status < 500 and e.status not in (401, 403, 429):
                     return "refused", uid, 0.0, str(e), name, claim
                 why = str(e)
             except kube.Unavailable as e:
+                # No answer at all: keep the slot and keep trying until the apiserver is back.
                 why = str(e)
+                deadline = time.monotonic() + CREATE_RETRY_SECONDS
+                if self.stopping.is_set():
+                    return "gave-up", uid, 0.0, why, name, claim
             if time.monotonic() > deadline:
                 return "gave-up", uid, 0.0, why, name, claim
             time.sleep(pause.next_delay())

@@ -145,9 +145,14 @@ def gather(client: kube.Kube, *, namespace: str, kind: str, job_name: str, job: 
             pod_name = pod["metadata"]["name"]
             if tail_lines > 0:
                 try:
-                    log_tail = client.read_log(namespace, pod_name, container=names.DRIVER_CONTAINER,
-                                               tail_lines=tail_lines)
-                    log_error = None
+                    text = client.read_log(namespace, pod_name, container=names.DRIVER_CONTAINER,
+                                           tail_lines=tail_lines)
+                    if text:
+                        log_tail, log_error = text, None
+                    else:
+                        where = (pod.get("spec") or {}).get("nodeName")
+                        log_error = f"the log of pod {pod_name} is empty" + (
+                            "" if where else " (the pod was never bound to a node)")
                 except (kube.ApiError, kube.Unavailable) as e:
                     log_error = str(e)
             else:

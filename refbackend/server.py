@@ -10,8 +10,9 @@ Endpoints (JSON bodies; `Authorization: Bearer <token>`):
 - PUT  /harnesses/{name}     service token: {max_parallel}
 
 Test hooks (service token), for fault tests against a real server:
-- POST /_faults {"status": 503, "count": N} answers the next N requests with
-  that status; {"delay": S, "count": N} sleeps S seconds before answering.
+- POST /_faults {"status": 503, "count": N} answers the next N claims or
+  status reports with that status; {"delay": S, "count": N} sleeps S seconds
+  before answering them; "on": "next" or "status" limits it to one endpoint.
 """
 
 from __future__ import annotations
@@ -69,14 +70,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send(401, {"error": "service token required"})
         return False
 
-    def _fault(self) -> bool:
+    def _fault(self, endpoint: str) -> bool:
         with self.server.lock:
             self.server.requests += 1
-            fault = self.server.faults[0] if self.server.faults else None
+            fault = next((f for f in self.server.faults if f.get("on") in (None, endpoint)), None)
             if fault is not None:
                 fault["count"] -= 1
                 if fault["count"] <= 0:
-                    self.server.faults.pop(0)
+                    self.server.faults.remove(fault)
         if fault is None:
             return False
         if fault.get("delay"):
@@ -100,7 +101,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self.server.faults.append(dict(body))
                 self._send(200, {})
             return
-        if self._fault():
+        endpoint = "next" if parts == ["jobs", "next"] else "status" if parts[-1:] == ["status"] else ""
+        if method == "POST" and endpoint and self._fault(endpoint):
             return
         db = self.server.db
         if parts == ["jobs"] and method == "POST":

@@ -87,6 +87,7 @@ class Dispatcher:
     def close(self) -> None:
         if self.popen is not None and self.popen.poll() is None:
             self.kill()
+        print("dispatcher log tail:\n" + self.text()[-4000:])  # shown by pytest when the test failed
         self.log.close()
         os.unlink(self.log.name)
 

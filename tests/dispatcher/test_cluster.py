@@ -110,7 +110,7 @@ def test_a_failed_driver_is_reported_once_with_reason_and_exit_code_and_its_sand
         d.start()
         name = f"tcab-run-{run['id']}"
         pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, name), what="driver pod")
-        backend.fault(status=503, count=2)
+        backend.fault(status=503, count=2, on="status")
         cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=137, reason="OOMKilled")
         cluster.wait(lambda: backend.get(run["id"])["state"] == "failed", what="the death report")
         cluster.wait(lambda: "sandbox-1" not in [p.metadata.name for p in core.list_namespaced_pod(namespace).items]
