@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import pathlib
 import uuid
 from typing import Any
 
@@ -10,15 +12,26 @@ import kubernetes.client
 import pytest
 
 from tests.controlplane import harness
+from toolkit import render, request
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "start-request.yaml"
 
 pytestmark = pytest.mark.cluster
 
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
 
 
+def contains(got: Any, sent: Any) -> bool:
+    """Every field sent is in what came back, equal (the server may add defaults)."""
+    if isinstance(sent, dict):
+        return isinstance(got, dict) and all(k in got and contains(got[k], v) for k, v in sent.items())
+    if isinstance(sent, list):
+        return isinstance(got, list) and len(got) == len(sent) and all(map(contains, got, sent))
+    return bool(got == sent)
+
+
 def minimal_trainjob(name: str) -> dict[str, Any]:
-    # Hand-built: toolkit's TrainJob renderer did not exist yet when this was
-    # written; when it does, a test of its output belongs beside this one.
+    # Hand-built and minimal, independent of the renderer: what the schema needs.
     return {
         "apiVersion": "/".join(TRAINER),
         "kind": "TrainJob",
@@ -50,11 +63,24 @@ def test_every_crd_from_the_modules_is_established(api_client: kubernetes.client
     assert wanted <= established
 
 
-def test_trainjob_is_accepted_and_its_trainer_is_immutable(
-        api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+def rendered_trainjob(namespace: str) -> dict[str, Any]:
+    """`toolkit render trainjob` of the shipped example request, in the test's namespace."""
+    req = dataclasses.replace(request.load(str(EXAMPLE)), namespace=namespace, name="tj")
+    return render.trainjob(req)
+
+
+def test_minimal_trainjob_is_accepted(api_client: kubernetes.client.ApiClient, namespace: str) -> None:
     custom = kubernetes.client.CustomObjectsApi(api_client)
     created = custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", minimal_trainjob("tj"))
     assert created["spec"]["trainer"]["args"] == ["python", "train.py"]
+
+
+def test_rendered_trainjob_is_accepted_and_its_trainer_is_immutable(
+        api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    body = rendered_trainjob(namespace)
+    created = custom.create_namespaced_custom_object(*TRAINER, namespace, "trainjobs", body)
+    assert contains(created["spec"]["trainer"], body["spec"]["trainer"])  # nothing pruned by the schema
 
     changed = copy.deepcopy(created)
     changed["spec"]["trainer"]["args"] = ["python", "other.py"]
@@ -79,9 +105,13 @@ def test_trainjob_schema_refuses_a_missing_runtime_ref(api_client: kubernetes.cl
     assert "runtimeRef" in caught.value.body
 
 
-def test_cluster_training_runtime_from_trainers_manifests_is_accepted(api_client: kubernetes.client.ApiClient) -> None:
+@pytest.mark.parametrize("rendered", [False, True], ids=["as shipped", "toolkit render runtime"])
+def test_cluster_training_runtime_from_trainers_manifests_is_accepted(
+        api_client: kubernetes.client.ApiClient, rendered: bool) -> None:
     [runtime] = harness.trainer_manifest("manifests/base/runtimes/torch_distributed.yaml")
     assert runtime["kind"] == "ClusterTrainingRuntime"
+    if rendered:
+        runtime = render.runtime(runtime)
     # Cluster-scoped: a unique name keeps this test independent of the others and of order.
     runtime["metadata"]["name"] = f"torch-distributed-{uuid.uuid4().hex[:8]}"
     custom = kubernetes.client.CustomObjectsApi(api_client)
@@ -89,5 +119,6 @@ def test_cluster_training_runtime_from_trainers_manifests_is_accepted(api_client
     try:
         [node] = created["spec"]["template"]["spec"]["replicatedJobs"]
         assert node["name"] == "node"
+        assert contains(created["spec"], runtime["spec"])  # nothing pruned (defaults may be added)
     finally:
         custom.delete_cluster_custom_object(*TRAINER, "clustertrainingruntimes", runtime["metadata"]["name"])
