@@ -1,0 +1,148 @@
+"""Pure logic of the dispatcher: settings, the Job it builds, the ledger, reports, the reap guard."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from dispatcher import backend, jobspec, ledger, names, reaper, reporter, settings
+
+REQUIRED = {"TCAB_BACKEND_URL": "http://backend:8080", "TCAB_BACKEND_SERVICE_TOKEN": "s3cret",
+            "TCAB_DISPATCHER_DRIVER_IMAGE": "driver:1"}
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_defaults_when_only_the_required_values_are_set() -> None:
+    s = settings.from_env({**REQUIRED, "TCAB_DISPATCHER_NAMESPACE": "runs"})
+    assert (s.max_inflight, s.cpu_request, s.memory_request, s.job_ttl_seconds) == (16, "100m", "256Mi", 3600)
+    assert (s.namespace, s.sandbox_namespace, s.poll_interval) == ("runs", "runs", 2.0)
+    assert "s3cret" not in repr(s)
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_a_missing_required_value_names_the_variable(name: str) -> None:
+    env = {k: v for k, v in REQUIRED.items() if k != name}
+    with pytest.raises(settings.SettingsError, match=f"^{name} is required and not set$"):
+        settings.from_env(env)
+    with pytest.raises(settings.SettingsError, match=f"^{name} "):
+        settings.from_env({**env, name: ""})  # empty counts as unset
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("TCAB_DISPATCHER_MAX_INFLIGHT", "0"), ("TCAB_DISPATCHER_MAX_INFLIGHT", "ten"),
+    ("TCAB_DISPATCHER_MAX_INFLIGHT", "-1"), ("TCAB_DISPATCHER_DRIVER_CPU_REQUEST", "lots"),
+    ("TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST", "1GB"), ("TCAB_DISPATCHER_POLL_INTERVAL", "nan"),
+    ("TCAB_DISPATCHER_JOB_TTL_SECONDS", "1.5"), ("TCAB_BACKEND_URL", "ftp://x"), ("TCAB_BACKEND_URL", "backend"),
+    ("TCAB_DISPATCHER_NAMESPACE", "Not_A_Label"), ("TCAB_K8S_NAMESPACE", "-x"),
+    ("TCAB_DISPATCHER_LOG_LEVEL", "loud"), ("TCAB_DISPATCHER_WORKERS", "1000"),
+])
+def test_a_malformed_value_is_one_line_naming_the_variable(name: str, value: str) -> None:
+    with pytest.raises(settings.SettingsError) as e:
+        settings.from_env({**REQUIRED, name: value})
+    assert str(e.value).startswith(name) and "\n" not in str(e.value)
+
+
+def test_the_process_refuses_to_start_with_one_line_and_exit_2() -> None:
+    proc = subprocess.run([sys.executable, "-m", "dispatcher"], cwd=REPO, env={"PATH": "/usr/bin"},
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "dispatcher: TCAB_BACKEND_URL is required and not set\n"
+
+
+def test_every_variable_is_in_the_docs_table() -> None:
+    doc = (REPO / "docs" / "dispatcher.md").read_text()
+    for name, _, _ in settings.VARIABLES:
+        assert f"`{name}`" in doc, name
+
+
+CLAIM = backend.Claim(job_id="7f3a", token="tok-123", launch_request={"b": 1, "a": [2]})
+
+
+def config(**extra: str) -> settings.Settings:
+    return settings.from_env({**REQUIRED, "TCAB_DISPATCHER_NAMESPACE": "runs", "TCAB_K8S_NAMESPACE": "sandboxes",
+                              "TCAB_CONTAINER_TAG": "abc", "TCAB_OTHER": "not passed", **extra})
+
+
+def test_the_driver_job_has_exactly_the_seed_environment_and_no_token_literal() -> None:
+    job = jobspec.job(CLAIM, config())
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert [e["name"] for e in container["env"]] == [
+        "TCAB_BACKEND_URL", "TCAB_JOB_ID", "TCAB_JOB_TOKEN", "TCAB_LAUNCH_REQUEST", "TCAB_DRIVER_RUNTIME",
+        "TCAB_DRIVER_POD_IP", "TCAB_CONTAINER_TAG", "TCAB_K8S_NAMESPACE"]
+    assert "tok-123" not in repr(job)
+    assert container["env"][3]["value"] == '{"a":[2],"b":1}'
+    assert container["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
+    assert (job["spec"]["backoffLimit"], job["spec"]["template"]["spec"]["restartPolicy"]) == (0, "Never")
+    secret = jobspec.secret(CLAIM, config(), job_uid="u-1")
+    assert secret["stringData"] == {"token": "tok-123"}
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+
+
+@pytest.mark.parametrize("job_id", ["7f3a", "Run_42", "a" * 80, "x/y z", "---", "ÄÖ"])
+def test_job_names_are_deterministic_valid_and_distinct(job_id: str) -> None:
+    name = jobspec.job_name(job_id)
+    assert name == jobspec.job_name(job_id) and len(name) <= 63
+    assert jobspec._SLUG_OK.match(name)
+    assert jobspec._LABEL_OK.match(jobspec.job_id_label(job_id))
+    assert jobspec.job_name(job_id + "1") != name
+
+
+def job(name: str, *, state: str | None = None) -> dict[str, object]:
+    conditions = [{"type": state, "status": "True"}] if state else []
+    return {"metadata": {"name": name, "uid": "u-" + name, "annotations": {names.JOB_ID_ANNOTATION: name}},
+            "status": {"conditions": conditions}}
+
+
+def test_the_ledger_caps_and_releases_on_finish_and_on_delete() -> None:
+    book = ledger.Ledger(max_inflight=2)
+    assert book.reserve(name="a", job_id="a", now=1) and book.reserve(name="b", job_id="b", now=1)
+    assert book.free() == 0 and not book.reserve(name="a", job_id="a", now=2)
+    book.created("a", uid="u-a", now=2)
+    assert book.observe("MODIFIED", job("a", state="Complete"), now=3) == [] and book.free() == 1
+    book.observe("ADDED", job("b"), now=3)
+    changes = book.observe("DELETED", job("b"), now=4)
+    assert [c.kind for c in changes] == ["vanished"] and book.free() == 2
+    book.reserve(name="c", job_id="c", now=5)
+    assert [c.kind for c in book.observe("MODIFIED", job("c", state="Failed"), now=6)] == ["failed"]
+    assert book.observe("MODIFIED", job("c", state="Failed"), now=7) == []  # reported once
+    assert book.unfinished() == 0
+
+
+def test_a_relist_releases_what_was_deleted_unseen_and_keeps_what_is_newer() -> None:
+    book = ledger.Ledger(max_inflight=10)
+    book.observe("ADDED", job("old"), now=1)
+    book.reserve(name="new", job_id="new", now=5)
+    book.created("new", uid="u", now=6)
+    book.reserve(name="creating", job_id="creating", now=2)
+    changes = book.sync([], list_started=4, now=7)
+    assert [(c.kind, c.name) for c in changes] == [("vanished", "old")]
+    assert book.get("new") is not None and book.get("creating") is not None and book.unfinished() == 2
+
+
+def test_a_death_report_keeps_the_real_exit_code_and_says_when_no_log_was_read() -> None:
+    pod = {"metadata": {"name": "p"}, "status": {"phase": "Failed", "containerStatuses": [
+        {"name": "driver", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}}
+    failed = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}}
+    body = reporter.describe(kind="failed", job_name="j", job=failed, pod=pod, events=[
+        {"involvedObject": {"kind": "Job", "name": "j"}, "reason": "BackoffLimitExceeded", "type": "Warning"}],
+        log_tail=None, log_error="HTTP 400: no node")
+    error = body["error"]
+    assert (body["status"], error["reason"], error["exit_code"]) == ("failed", "OOMKilled", 137)
+    assert error["log_error"] == "no log could be read: HTTP 400: no node" and error["log_tail"] is None
+    assert error["events"][0]["object"] == "Job/j"
+    evicted = {"metadata": {"name": "p"}, "status": {"phase": "Failed", "reason": "Evicted", "message": "low memory"}}
+    assert reporter.container_state(evicted) == {"reason": "Evicted", "message": "low memory"}
+
+
+def test_the_reap_guard_never_selects_the_driver_pod() -> None:
+    sandbox = {"metadata": {"labels": {names.JOB_ID_LABEL: "7f3a", names.MANAGED_BY_LABEL: names.DRIVER_MANAGED_BY}}}
+    assert reaper.is_sandbox(sandbox, job_id="7f3a", driver_job="tcab-run-7f3a")
+    driver = {"metadata": {"labels": {**jobspec.labels("7f3a"), names.JOB_NAME_LABEL: "tcab-run-7f3a"}}}
+    assert not reaper.is_sandbox(driver, job_id="7f3a", driver_job="tcab-run-7f3a")
+    mislabelled = {"metadata": {"labels": {**sandbox["metadata"]["labels"], names.JOB_NAME_LABEL: "tcab-run-7f3a"}}}
+    assert not reaper.is_sandbox(mislabelled, job_id="7f3a", driver_job="tcab-run-7f3a")
+    assert not reaper.is_sandbox(sandbox, job_id="other", driver_job="tcab-run-other")
+    assert reaper.selector("7f3a") == "test-cabinet/job-id=7f3a,app.kubernetes.io/managed-by=test-cabinet-driver"
