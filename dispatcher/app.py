@@ -99,7 +99,9 @@ class Dispatcher:
         finally:
             self.watch_stop.set()
             self.pool.shutdown(wait=True)
-            log.info("stopped", extra=logs.fields(unfinished=self.ledger.unfinished(), dispatched=self.dispatched))
+            log.info("stopped", extra=logs.fields(unfinished=self.ledger.unfinished(), dispatched=self.dispatched,
+                                                  api_requests=self.kube.requests,
+                                                  backend_requests=self.backend.requests))
         return 0
 
     def _wait(self) -> float:
@@ -135,8 +137,9 @@ class Dispatcher:
             changes = self.ledger.observe(event_type, obj, now=now)
             name = str((obj.get("metadata") or {}).get("name"))
             entry = self.ledger.get(name)
-            if event_type == "DELETED" or (entry is not None and entry.phase is ledger.Phase.COMPLETE):
-                self.tokens.pop(name, None)
+            finished = event_type == "DELETED" or (entry is not None and entry.phase is ledger.Phase.COMPLETE)
+            if finished and not changes and name not in self.reports:
+                self.tokens.pop(name, None)  # a vanished run keeps its token until it is reported
         elif kind == "done":
             _, callback, future = item
             self.in_hand -= 1
