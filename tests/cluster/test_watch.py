@@ -58,7 +58,9 @@ def test_watch_from_a_compacted_resource_version_is_410_gone(
     except kubernetes.client.ApiException as e:  # some servers refuse before streaming
         assert e.status == 410
         return
-    [event] = first_events(response, 1)
+    events = first_events(response, 1)
+    assert events, f"a watch from resourceVersion {expired} ended with no event, not 410 Gone"
+    [event] = events
     assert event["type"] == "ERROR"
     assert event["object"]["code"] == 410
     assert event["object"]["reason"] in ("Expired", "Gone")

@@ -607,7 +607,9 @@ class ExistingCluster:
 
     def expired_resource_version(self, *, namespace: str) -> str:
         # etcd is not ours to compact. A cluster's apiserver compacts every 5
-        # minutes by default, so on any cluster older than that revision 1 is gone.
+        # minutes by default (to the revision it saw 5 minutes before), so on a
+        # cluster up for more than about 10 minutes revision 1 is gone. On a
+        # younger one the 410 test fails, and says why.
         return "1"
 
     def stop_apiserver(self) -> None:
