@@ -161,8 +161,9 @@ class Dispatcher:
     # -- claim and create ---------------------------------------------------
 
     def _claim(self) -> None:
-        # Creates in hand are bounded too, so a slow apiserver does not queue unbounded claims.
-        while self.ledger.free() > 0 and self.in_hand < 2 * self.config.workers:
+        # Claim only when a worker is free: a claim waiting in a queue is latency, and a slow
+        # apiserver must not pile up claims.
+        while self.ledger.free() > 0 and self.in_hand < self.config.workers:
             now = time.monotonic()
             if now < self.next_claim or self.stopping.is_set():
                 return
