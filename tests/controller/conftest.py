@@ -129,6 +129,8 @@ class ControllerProcess:
             return self.proc.wait()
         finally:
             self.reader.join(5)
+            if self.proc.stderr is not None:
+                self.proc.stderr.close()
 
 
 @pytest.fixture

@@ -229,11 +229,15 @@ class Controller:
         deadline = time.monotonic() + timeout
         return all(inf.synced.wait(max(0.0, deadline - time.monotonic())) for inf in self.informers)
 
-    def shutdown(self, timeout: float = 5.0) -> None:
+    def shutdown(self, timeout: float = 2.0) -> None:
+        """Let workers finish the step they are in; informers blocked in a
+        watch are daemon threads and end with the process."""
         self.stop.set()
         self.queue.close()
+        deadline = time.monotonic() + timeout
         for t in self.threads:
-            t.join(timeout)
+            if t.name.startswith("worker-"):
+                t.join(max(0.0, deadline - time.monotonic()))
 
 
 Obj = dict[str, Any]
