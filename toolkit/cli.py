@@ -41,6 +41,12 @@ COMMANDS: dict[str, str] = {
     "check-runtime": "toolkit.cli:check_runtime",
     "check-image": "toolkit.cli:check_image",
     "identity": "toolkit.cli:identity_command",
+    "start": "toolkit.cli_cluster:start_cmd",
+    "open": "toolkit.cli_cluster:open_cmd",
+    "hold": "toolkit.cli_cluster:hold_cmd",
+    "release": "toolkit.cli_cluster:release_cmd",
+    "status": "toolkit.cli_cluster:status_cmd",
+    "controller": "toolkit.cli_cluster:controller_cmd",
 }
 
 
