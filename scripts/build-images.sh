@@ -7,6 +7,8 @@
 #            busybox.config): Alpine's pair
 #   debian   debootstrap --variant=minbase bookworm (/bin/sh is dash)
 #   scratch  one static test binary and no /bin/sh, to show how that fails
+#   python   Debian's python3.11 on the debian minbase (images/base/python), the
+#            base of the sidecar, dispatcher and controller images
 # then images/sample-trainer.Containerfile on each of the three with /bin/sh.
 #
 # Idempotent: each image carries the label dispatch.inputs, a hash of what it
@@ -183,3 +185,26 @@ for base in busybox:1.35-static alpine:busybox-1.35-ash-musl-static debian:bookw
     images/sample-trainer.Containerfile images/sample-trainer/train \
     <(podman image inspect --format '{{.Id}}' "localhost/dispatch-base/$base")
 done
+
+# --- python: the base of our own daemon images (sidecar, dispatcher) --------
+# build_python NAME HASH: images/base/python on the debian minbase, with
+# Debian's python3.11 packages fetched by name.
+build_python() {
+  local ctx log=$cache/python-build.log
+  ctx=$(mktemp -d)
+  chmod 0755 "$ctx"  # apt-get download writes as the _apt user
+  # dpkg --force-depends warns about the libraries left out on purpose: the
+  # output goes to a log, shown only when the build fails.
+  # shellcheck disable=SC2046 # one package name per line
+  if ! { (cd "$ctx" && apt-get download -q $(cat "$repo/images/base/python/packages.txt")) &&
+    cp images/base/python/Containerfile "$ctx/" &&
+    podman build -q --isolation chroot --build-arg BASE=localhost/dispatch-base/debian:bookworm-minbase \
+      --label "dispatch.inputs=$2" -t "$1" "$ctx"; } >"$log" 2>&1; then
+    cat "$log" >&2
+    return 1
+  fi
+  rm -rf "$ctx"
+}
+ensure localhost/dispatch-base/python:3.11-bookworm build_python \
+  images/base/python/Containerfile images/base/python/packages.txt \
+  <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/debian:bookworm-minbase)
