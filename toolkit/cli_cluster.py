@@ -54,8 +54,8 @@ def _refusals(fn: Callable[..., Any]) -> Callable[..., Any]:
 def _client(kubeconfig: str | None, context: str | None) -> kube.Client:
     try:
         return kube.load(kubeconfig=kubeconfig, context=context)
-    except Exception as exc:  # the config library raises several unrelated types
-        raise click.ClickException(f"--kubeconfig: cannot load a cluster config: {exc}") from None
+    except kube.ConfigError as exc:
+        raise click.ClickException(f"--kubeconfig: {exc}") from None
 
 
 @click.command("start")
@@ -197,4 +197,8 @@ def controller_cmd(
         overrides["renew_deadline"] = max(2, lease_duration * 2 // 3)
         overrides["retry_period"] = 1 if lease_duration < 6 else 2
     settings = app.Settings.from_env(**overrides)
-    sys.exit(app.run(settings))
+    try:
+        code = app.run(settings)
+    except kube.ConfigError as exc:
+        raise click.ClickException(f"--kubeconfig: {exc}") from None
+    sys.exit(code)

@@ -79,6 +79,10 @@ class Invalid(ApiError):
     """422: the apiserver (or a CEL rule, or a webhook) refused the object."""
 
 
+class ConfigError(Exception):
+    """No usable cluster configuration (kubeconfig or in-cluster)."""
+
+
 class TooManyConflicts(Exception):
     pass
 
@@ -373,12 +377,17 @@ def load(*, kubeconfig: str | None = None, context: str | None = None) -> Client
     ServiceAccount, in that order."""
     configuration = kubernetes.client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kubernetes.config.load_kube_config(
-            config_file=path, context=context, client_configuration=configuration
-        )
-    else:
-        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    try:
+        if path or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_kube_config(
+                config_file=path, context=context, client_configuration=configuration
+            )
+        else:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except (kubernetes.config.ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+        # The config library raises several unrelated types for one user mistake.
+        where = path or ("in-cluster" if os.environ.get("KUBERNETES_SERVICE_HOST") else "~/.kube/config")
+        raise ConfigError(f"cannot load a cluster config from {where}: {exc}") from None
     # Enough connections for the controller's reconcile workers and watches.
     configuration.connection_pool_maxsize = 32
     return Client(kubernetes.client.ApiClient(configuration))
