@@ -149,7 +149,11 @@ def run(config: settings.Settings) -> int:
             failures = 0
             delay = config.interval_seconds
         except api.Stopping:
-            report.log("stop", reason="signal", checks=verifier.checks, requests=verifier.requests)
+            # The pending signal is taken here, so the log names it whichever
+            # moment it arrived in (during a check or during the wait).
+            signo = _wait(0)
+            reason = signal.Signals(signo).name if signo is not None else "signal"
+            report.log("stop", reason=reason, checks=verifier.checks, requests=verifier.requests)
             return 0
         except (_CheckFailed, Exception) as e:
             # Exception too, deliberately: a bug must cost a logged retry, not
