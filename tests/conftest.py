@@ -16,7 +16,6 @@ fails, the tail of every component's log is attached to its report.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -52,22 +51,11 @@ def api_client(control_plane: harness.ControlPlane | harness.ExistingCluster) ->
 def namespace(control_plane: harness.ControlPlane | harness.ExistingCluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     with control_plane.api_client() as api:
-        core = kubernetes.client.CoreV1Api(api)
-        core.create_namespace({"metadata": {"name": name, "labels": {"dispatch.phpboyscout.uk/test": "true"}}})
-        # Pods are refused until the namespace's default ServiceAccount exists.
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                core.read_namespaced_service_account("default", name)
-                break
-            except kubernetes.client.ApiException as e:
-                if e.status != 404 or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        harness.create_namespace(api, name, labels={"dispatch.phpboyscout.uk/test": "true"})
         try:
             yield name
         finally:
-            core.delete_namespace(name)
+            kubernetes.client.CoreV1Api(api).delete_namespace(name)
 
 
 @pytest.hookimpl(wrapper=True)

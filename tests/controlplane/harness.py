@@ -151,6 +151,23 @@ def trainer_manifest(relative: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
+def create_namespace(api: kubernetes.client.ApiClient, name: str, *, labels: dict[str, str] | None = None,
+                     timeout: float = 30.0) -> None:
+    """Create a namespace and wait for its default ServiceAccount: pods are
+    refused until the ServiceAccount controller has made it."""
+    core = kubernetes.client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            core.read_namespaced_service_account("default", name)
+            return
+        except kubernetes.client.ApiException as e:
+            if e.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def install_crds(api: kubernetes.client.ApiClient, *, timeout: float = 60.0) -> list[str]:
     """Create each CRD that is missing (never overwrite one), wait for Established.
 

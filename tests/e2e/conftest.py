@@ -12,11 +12,9 @@ the plane's) is attached to its report.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 
-import kubernetes.client
 import pytest
 
 from tests.controlplane import harness
@@ -53,17 +51,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
 def e2e_namespace(stack: stack_mod.Stack) -> Iterator[str]:
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     with stack.plane.api_client() as api:
-        core = kubernetes.client.CoreV1Api(api)
-        core.create_namespace({"metadata": {"name": name}})
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                core.read_namespaced_service_account("default", name)
-                break
-            except kubernetes.client.ApiException as e:
-                if e.status != 404 or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        harness.create_namespace(api, name)
         yield name
 
 
