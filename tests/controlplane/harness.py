@@ -37,6 +37,7 @@ import os
 import pathlib
 import shutil
 import signal
+import random
 import socket
 import ssl
 import subprocess
@@ -88,10 +89,43 @@ class HarnessError(RuntimeError):
     """The control plane could not be built, started or reached."""
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# Ports handed out by this process, never handed out twice.
+_PORTS_GIVEN: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def free_port() -> int:
+    """A loopback port that is free now and stays free until its server binds it.
+
+    Why not bind port 0: the kernel picks that port from the ephemeral range, the
+    same range it draws the source ports of outgoing connections from. Between
+    our close and the server's bind, the server's own first connection to the
+    apiserver could take it (CI saw Kueue fail with "bind: address already in
+    use" on its health port that way). Ports below the ephemeral range are never
+    used as source ports, so only an explicit bind can race us, and within this
+    process _PORTS_GIVEN rules that out.
+    """
+    low, _ = _ephemeral_range()
+    start, stop = max(1024, low - 12000), max(1025, low)
+    for _ in range(200):
+        port = random.randrange(start, stop)
+        if port in _PORTS_GIVEN:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _PORTS_GIVEN.add(port)
+        return port
+    raise HarnessError(f"no free loopback port in {start}-{stop - 1}")
 
 
 def build_binaries() -> pathlib.Path:
@@ -378,7 +412,7 @@ class ControlPlane:
         kcm_cert = pki.issue("kcm", subject="/CN=system:kube-controller-manager")
         sched_cert = pki.issue("scheduler", subject="/CN=system:kube-scheduler")
 
-        client_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+        client_port, peer_port, api_port = free_port(), free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client_port}"
         self.server = f"https://127.0.0.1:{api_port}"
         peer = f"http://127.0.0.1:{peer_port}"
@@ -439,7 +473,7 @@ class ControlPlane:
                 str(binary("kube-scheduler", self.bin_dir)),
                 f"--kubeconfig={sched_config}",
                 f"--authentication-kubeconfig={sched_config}", f"--authorization-kubeconfig={sched_config}",
-                "--bind-address=127.0.0.1", f"--secure-port={_free_port()}",
+                "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
                 "--leader-elect=false",
                 "--v=1",
             ]).start()

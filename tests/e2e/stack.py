@@ -239,7 +239,7 @@ class Stack:
         return {"KUBECONFIG": str(self.plane.kubeconfig)}
 
     def _start_jobset(self, api: kubernetes.client.ApiClient) -> None:
-        webhook, metrics, health = (harness._free_port() for _ in range(3))
+        webhook, metrics, health = (harness.free_port() for _ in range(3))
         config = self._config("jobset", {
             "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
             "kind": "Configuration",
@@ -262,7 +262,7 @@ class Stack:
         self._webhooks_up(api, loopback_webhooks(docs, port=webhook, ca_bundle=self.ca_bundle, prefix="e2e-jobset"))
 
     def _start_trainer(self, api: kubernetes.client.ApiClient) -> None:
-        webhook, metrics, health = (harness._free_port() for _ in range(3))
+        webhook, metrics, health = (harness.free_port() for _ in range(3))
         config = self._config("trainer", {
             "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
             "kind": "Configuration",
@@ -294,7 +294,7 @@ class Stack:
                                                  prefix="e2e-trainer"))
 
     def _start_kueue(self, api: kubernetes.client.ApiClient) -> None:
-        webhook, metrics, health = (harness._free_port() for _ in range(3))
+        webhook, metrics, health = (harness.free_port() for _ in range(3))
         config = self._config("kueue", {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
             "kind": "Configuration",
@@ -347,7 +347,7 @@ class Stack:
 
     def _start_dispatch_controller(self) -> None:
         """Our admission-check controller and reset detector (`toolkit controller`)."""
-        health = harness._free_port()
+        health = harness.free_port()
         # The `toolkit controller` command itself, called as a click command.
         self._run("dispatch-controller", [
             sys.executable, "-c", "import sys; from toolkit import cli_cluster; cli_cluster.controller_cmd(sys.argv[1:])",

@@ -7,20 +7,20 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from tests.controlplane import harness
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    # A port below the ephemeral range, so no outgoing connection takes it meanwhile.
+    return harness.free_port()
 
 
 def start(tmp_path: pathlib.Path, **env: str) -> subprocess.Popen[str]:
