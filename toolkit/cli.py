@@ -4,7 +4,7 @@ Lazy subcommands. The root group knows each subcommand only as a string
 "module:attribute" in COMMANDS and imports it when it is invoked (or when
 --help or shell completion lists it). So `toolkit wrap -- true`, which
 build pipelines run, imports click, json and the prologue text and nothing
-else: not kubernetes, docker or yaml (tests/toolkit/test_cli_imports.py
+else: not kubernetes, docker or yaml (tests/toolkit/test_cli.py::test_wrap_imports_nothing_heavy
 holds that, and bench/wrap times it).
 
 Adding a command is one line in COMMANDS:
@@ -388,7 +388,7 @@ def check_image(target: str, timeout: float) -> None:
 
     \b
     Examples:
-      toolkit check-image localhost/dispatch-base/busybox
+      toolkit check-image localhost/dispatch-base/busybox:1.35-static
       sudo toolkit check-image ./rootfs
     """
     from toolkit import image_check

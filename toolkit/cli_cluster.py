@@ -65,7 +65,12 @@ def _client(kubeconfig: str | None, context: str | None) -> kube.Client:
 def start_cmd(request_file: str, kubeconfig: str | None, context: str | None) -> None:
     """Check the runtime on the cluster, then create the TrainJob of REQUEST
     (a StartRequest file, YAML or JSON) suspended with A = 0. A second start
-    of the same job and submission finds it and changes nothing."""
+    of the same job and submission finds it and changes nothing.
+
+    \b
+    Example:
+      toolkit start examples/start-request.yaml --kubeconfig ~/.kube/config
+    """
     from toolkit import render, request  # pure; loaded only for start
 
     try:
@@ -96,9 +101,11 @@ def _raise_command(name: str, op: Callable[..., adapter.Raised], doc: str) -> cl
 
 open_cmd = _raise_command(
     "open", adapter.open_, "Plain mode: raise A and unsuspend TRAINJOB in one preconditioned update."
+    "\n\n\b\nExample:\n  toolkit open llama-ft-7 -n training"
 )
 release_cmd = _raise_command(
     "release", adapter.release, "Plain mode: resume a held TRAINJOB, raising A in the update that unsuspends."
+    "\n\n\b\nExample:\n  toolkit release llama-ft-7 -n training"
 )
 
 
@@ -108,7 +115,12 @@ release_cmd = _raise_command(
 @_cluster_options
 @_refusals
 def hold_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None) -> None:
-    """Suspend TRAINJOB (its pods stop; the next open or release raises A)."""
+    """Suspend TRAINJOB (its pods stop; the next open or release raises A).
+
+    \b
+    Example:
+      toolkit hold llama-ft-7 -n training
+    """
     changed = adapter.hold(_client(kubeconfig, context), namespace=namespace, name=trainjob)
     click.echo(f"trainjob {namespace}/{trainjob} {'held' if changed else 'was already suspended'}")
 
@@ -122,7 +134,12 @@ def hold_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str
 @_refusals
 def status_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None, output: str) -> None:
     """State, A, floor, J, R and the epoch of the next or current execution
-    of TRAINJOB, its recorded JobSet UID and whether it is flagged foreign."""
+    of TRAINJOB, its recorded JobSet UID and whether it is flagged foreign.
+
+    \b
+    Example:
+      toolkit status llama-ft-7 -n training -o json
+    """
     st = adapter.status(_client(kubeconfig, context), namespace=namespace, name=trainjob)
     if output == "json":
         click.echo(json.dumps(st.as_dict(), sort_keys=True))
@@ -178,7 +195,12 @@ def controller_cmd(
     health_port: int | None,
     workers: int | None,
 ) -> None:
-    """Run the admission-check controller and reset detector (JSON logs on stderr)."""
+    """Run the admission-check controller and reset detector (JSON logs on stderr).
+
+    \b
+    Example:
+      toolkit controller --kubeconfig ~/.kube/config --health-port 8081
+    """
     from toolkit.controller import app
 
     overrides: dict[str, Any] = {

@@ -131,6 +131,10 @@ def check(runtime: object, *, allow_rank_restart: bool = False) -> list[Refusal]
     for i, rule in enumerate(rules if isinstance(rules, list) else []):
         action = _get(rule, "action")
         targets = _get(rule, "targetReplicatedJobs")
+        if targets is not _ABSENT and not isinstance(targets, list):
+            out.append(Refusal(f"{JOBSET_SPEC}.failurePolicy.rules[{i}].targetReplicatedJobs",
+                               f"must be a list of replicated job names, {found(targets)}"))
+            continue
         applies = targets is _ABSENT or not targets or names.TRAINER_REPLICATED_JOB in targets
         if action in RANK_RESTART_ACTIONS and applies:
             out.append(

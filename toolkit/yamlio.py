@@ -28,6 +28,8 @@ class LoadError(ValueError):
 def _refuse_duplicates(pairs: list[tuple[Any, Any]], *, where: str) -> dict[Any, Any]:
     out: dict[Any, Any] = {}
     for key, value in pairs:
+        if isinstance(key, (list, dict)):
+            raise LoadError(f"{where}: a key must be a plain value, found {type(key).__name__} {key!r}")
         if key in out:
             raise LoadError(f"{where}: key {key!r} appears twice")
         out[key] = value

@@ -61,9 +61,28 @@ def test_wrap_yaml_and_shell() -> None:
         (["identity", "--parse", "1", "-g", "1"], 2, "--parse takes no other option"),
         (["render", "trainjob", "/nonexistent.yaml"], 2, "toolkit render trainjob: /nonexistent.yaml: cannot read"),
         (["nope"], 2, "toolkit: No such command 'nope'"),
+        (["check-runtime", "@complex-key"], 2, "a key must be a plain value, found list"),
+        (["render", "trainjob", "@complex-key"], 2, "a key must be a plain value, found list"),
+        (["check-runtime", "@targets-int"], 1, "targetReplicatedJobs: must be a list of replicated job names, found 5"),
     ],
 )
-def test_errors_are_one_line(args: list[str], code: int, words: str) -> None:
+def test_errors_are_one_line(args: list[str], code: int, words: str, tmp_path: pathlib.Path) -> None:
+    files = {
+        "@complex-key": "? [a, b]\n: 1\n",
+        "@targets-int": (
+            "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\nmetadata: {name: r}\n"
+            "spec:\n  template:\n    spec:\n      failurePolicy:\n        rules:\n"
+            "        - {action: RestartJob, targetReplicatedJobs: 5}\n"
+            "      replicatedJobs:\n      - name: node\n        template:\n          spec:\n            backoffLimit: 0\n"
+            "            template:\n              spec:\n                restartPolicy: Never\n"
+            "                containers: [{name: node, image: i}]\n"
+        ),
+    }
+    for i, arg in enumerate(args):
+        if arg in files:
+            path = tmp_path / f"{arg[1:]}.yaml"
+            path.write_text(files[arg])
+            args = [*args[:i], str(path), *args[i + 1:]]
     r = run(*args)
     assert r.exit_code == code, (r.stdout, r.stderr)
     one_line(r.stderr)
@@ -119,8 +138,7 @@ def test_render_runtime_then_check_runtime(tmp_path: pathlib.Path, monkeypatch: 
     assert "image: s:1" not in r.stdout and "localhost/dispatch/sidecar:dev" in r.stdout
 
 
-@pytest.mark.parametrize("command", [[], ["wrap"], ["render"], ["render", "trainjob"], ["render", "runtime"],
-                                     ["check-runtime"], ["check-image"], ["identity"]])
+@pytest.mark.parametrize("command", [[], *([name] for name in cli.COMMANDS), ["render", "trainjob"], ["render", "runtime"]])
 def test_every_command_has_help_with_an_example(command: list[str]) -> None:
     r = run(*command, "--help")
     assert r.exit_code == 0 and "Example" in r.stdout and "toolkit" in r.stdout
