@@ -14,8 +14,6 @@ missing=
 for p in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
 done
-# Go comes with the machine (Debian's golang-go is too old for Kubernetes 1.37).
-command -v go >/dev/null || { echo "install-host-packages: no go on PATH; Go >= 1.26 is required (tests/controlplane/go.mod; with GOTOOLCHAIN=auto an older Go fetches it from the module proxy)" >&2; exit 1; }
 [ -z "$missing" ] && exit 0
 echo "installing:$missing" >&2
 export DEBIAN_FRONTEND=noninteractive

@@ -16,6 +16,11 @@ if [[ $what == all || $what == prologue ]]; then
   bash tests/prologue/run-shells.sh || failed=1
   bash tests/images/run.sh || failed=1
 fi
+if [[ $what == prologue ]]; then
+  # The property test (nine shells against the Python reference) and the Docker-API image
+  # tests; in `all` they run with the rest of the pytest suite below.
+  pytest -p no:cacheprovider tests/prologue tests/images || failed=1
+fi
 if [[ $what == all || $what == python ]]; then
   pytest -p no:cacheprovider tests || failed=1
 fi

@@ -261,6 +261,11 @@ y' DISPATCH_EPOCH=stale DISPATCH_ATTEMPT=stale 'UTF=é١' $'BYTES=\xff\xfe\x01' 
   assert_equal "$got" "$want"
 }
 
+@test "${SHELL_NAME}: an unknown DISPATCH_K8S_* name reaches the command (listing the environment would fork; docs/prologue.md)" {
+  run -0 --separate-stderr prologue "${OK_ENV[@]}" DISPATCH_K8S_OTHER=kept -- /usr/bin/printenv DISPATCH_K8S_OTHER
+  assert_output "kept"
+}
+
 # --- the working directory ---------------------------------------------------
 
 @test "${SHELL_NAME}: enters DISPATCH_K8S_WORKDIR before the command" {
