@@ -181,6 +181,8 @@ def status_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: s
               help="Lease duration in seconds (env DISPATCH_CONTROLLER_LEASE_DURATION, default 15).")
 @click.option("--health-port", envvar="DISPATCH_CONTROLLER_HEALTH_PORT", type=click.IntRange(0, 65535), default=None,
               help="Port of /healthz, /readyz, /metrics; 0 picks one (env DISPATCH_CONTROLLER_HEALTH_PORT, default 8080).")
+@click.option("--health-host", envvar="DISPATCH_CONTROLLER_HEALTH_HOST", default=None,
+              help="Address /healthz, /readyz, /metrics bind to (env DISPATCH_CONTROLLER_HEALTH_HOST, default 0.0.0.0).")
 @click.option("--workers", envvar="DISPATCH_CONTROLLER_WORKERS", type=click.IntRange(1, 64), default=None,
               help="Reconcile workers (env DISPATCH_CONTROLLER_WORKERS, default 4).")
 def controller_cmd(
@@ -193,6 +195,7 @@ def controller_cmd(
     lease_name: str | None,
     lease_duration: int | None,
     health_port: int | None,
+    health_host: str | None,
     workers: int | None,
 ) -> None:
     """Run the admission-check controller and reset detector (JSON logs on stderr).
@@ -211,6 +214,7 @@ def controller_cmd(
         "lease_namespace": lease_namespace,
         "lease_name": lease_name,
         "health_port": health_port,
+        "health_host": health_host,
         "workers": workers,
     }
     if lease_duration is not None:

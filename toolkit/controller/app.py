@@ -55,6 +55,8 @@ class Settings:
     renew_deadline: int = 10
     retry_period: int = 2
     health_port: int = 8080
+    # Every interface, as a pod's probes need; a test or a laptop binds loopback.
+    health_host: str = "0.0.0.0"
     workers: int = 4
     kubeconfig: str | None = None
 
@@ -249,7 +251,7 @@ def run(settings: Settings) -> int:
     setup_logging()
     client = kube.load(kubeconfig=settings.kubeconfig)
     metrics = health.Metrics()
-    server = health.HealthServer(port=settings.health_port, metrics=metrics)
+    server = health.HealthServer(host=settings.health_host, port=settings.health_port, metrics=metrics)
     server.start()
     server.live.set()
     done = threading.Event()
@@ -271,7 +273,8 @@ def run(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
-    log.info("starting", extra={"health_port": server.port, "leader_elect": settings.leader_elect})
+    log.info("starting", extra={"health_host": settings.health_host, "health_port": server.port,
+                                "leader_elect": settings.leader_elect})
     if settings.leader_elect:
         elector = threading.Thread(
             target=kube.run_leader_election,

@@ -40,7 +40,9 @@ class Metrics:
 
 
 class HealthServer:
-    def __init__(self, *, port: int, metrics: Metrics, host: str = "0.0.0.0") -> None:
+    def __init__(self, *, host: str, port: int, metrics: Metrics) -> None:
+        """Bind `host`:`port` (0 picks a port); the default address is the
+        settings' (`Settings.health_host`), not this class's."""
         self.live = threading.Event()
         self.ready = threading.Event()
         self.metrics = metrics
