@@ -352,7 +352,7 @@ class Stack:
         self._run("dispatch-controller", [
             sys.executable, "-c", "import sys; from toolkit import cli_cluster; cli_cluster.controller_cmd(sys.argv[1:])",
             f"--kubeconfig={self.plane.kubeconfig}", "--no-leader-elect",
-            f"--health-port={health}", "--workers=2",
+            "--health-host=127.0.0.1", f"--health-port={health}", "--workers=2",
         ], env={"HOME": str(self.workdir), "PYTHONPATH": str(HERE.parent.parent)})
         self._wait_ready("dispatch-controller", health)
 
