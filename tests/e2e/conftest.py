@@ -5,9 +5,15 @@ The e2e plane is not the session's shared `control_plane`: installing
 Trainer's and JobSet's webhooks changes how every TrainJob and pod is
 admitted, which would change what the other suites test. So this module
 starts its own plane and stack once per e2e module (a module that sets
-`E2E_KUEUE = True` gets Kueue and our controller too) and stops both after it;
-nothing is left running. When an e2e test fails, every controller's log (and
-the plane's) is attached to its report.
+`E2E_KUEUE = True` gets Kueue and our controller too) and stops both after it.
+When an e2e test fails, every controller's log (and the plane's) is attached
+to its report.
+
+Nothing is left running, and that is checked: every process group the plane
+and the stack started is recorded, and at the end of the session none may
+still have a live process, nor may any container this session ran with podman
+(tests/e2e/execute.py labels them) still exist. A leftover fails the session
+(an error in the last test's teardown) and is then cleaned up.
 """
 
 from __future__ import annotations
@@ -23,6 +29,17 @@ from tests.e2e import stack as stack_mod
 NODES = ("kwok-node-0", "kwok-node-1")
 
 _live: list[stack_mod.Stack] = []
+# (name, process group id) of every process the e2e planes and stacks started.
+_started: list[tuple[str, int]] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def leaves_nothing_running() -> Iterator[None]:
+    yield
+    left = stack_mod.leftovers(_started)
+    if left:
+        stack_mod.clean_up(_started)
+        pytest.fail(f"the e2e session left these running: {left}")
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +47,10 @@ def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
     """A module sets E2E_KUEUE = True to run Kueue and our controller too."""
     kueue = bool(getattr(request.module, "E2E_KUEUE", False))
     plane = harness.ControlPlane()
-    plane.start()
+    try:
+        plane.start()
+    finally:
+        _started.extend(plane.pids().items())
     try:
         running = stack_mod.Stack(plane, kueue=kueue)
         _live.append(running)
@@ -43,6 +63,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
         finally:
             running.stop()
             _live.remove(running)
+            _started.extend(running.started)
     finally:
         plane.stop()
 

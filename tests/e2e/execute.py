@@ -10,10 +10,16 @@ in the pod's image with podman. The identity the prologue exported is what
 the process printed: the scenario's user command is `env`-style output of
 DISPATCH_EPOCH and DISPATCH_ATTEMPT.
 
-Invariant: nothing here knows how the toolkit rendered the TrainJob; it reads
-only the pod, as a kubelet does. A pod whose env needs something this
-resolver does not implement (configMapKeyRef, resourceFieldRef, envFrom) is
-an error, never an empty value.
+Invariants:
+- Nothing here knows how the toolkit rendered the TrainJob; it reads only the
+  pod, as a kubelet does. A pod whose env needs something this resolver does
+  not implement (configMapKeyRef, resourceFieldRef, envFrom) is an error,
+  never an empty value.
+- No container outlives its run: each is `--rm`, named, and labelled with
+  this test process's SESSION_LABEL; when a run times out, killing the podman
+  client does not stop the container (conmon keeps it), so it is removed by
+  name (`podman rm -f`). `leftover_containers()` lists what carries the label,
+  for the suite's session-end check.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import os
 import pathlib
 import re
 import subprocess
+import time
+import uuid
 from typing import Any
 
 Obj = dict[str, Any]
@@ -30,11 +38,20 @@ Obj = dict[str, Any]
 # The project's podman settings (scripts/containers.conf), as every podman call here uses.
 CONTAINERS_CONF = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "containers.conf"
 
+# Every container this test process runs carries this label, with a value of
+# its own, so a run beside another (make test in parallel) sees only its own.
+SESSION_LABEL = "e2e.dispatch.phpboyscout.uk/session"
+SESSION = uuid.uuid4().hex[:12]
+
 _FIELD_KEY = re.compile(r"^metadata\.(annotations|labels)\['([^']*)'\]$")
 
 
 class ResolveError(Exception):
     """The pod's environment cannot be resolved from the pod alone."""
+
+
+class Timeout(Exception):
+    """The container did not finish in time; it has been removed."""
 
 
 def field_ref(pod: Obj, path: str) -> str:
@@ -123,6 +140,31 @@ def _printed(stdout: str, key: str) -> str | None:
     return None
 
 
+def podman(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """podman with the project's settings."""
+    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=False,
+                          env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)})
+
+
+def leftover_containers() -> list[str]:
+    """Names of this session's containers that still exist, in any state."""
+    listed = podman("ps", "--all", "--filter", f"label={SESSION_LABEL}={SESSION}", "--format", "{{.Names}}")
+    if listed.returncode != 0:
+        raise RuntimeError(f"podman ps failed: {listed.stderr}")
+    return listed.stdout.split()
+
+
+def _remove(name: str, *, attempts: int = 20) -> str:
+    """Remove a container whose podman client was killed; it may still be
+    being created, so look again until it is gone. Returns what happened."""
+    for _ in range(attempts):
+        removed = podman("rm", "--force", "--time=0", name)
+        if podman("container", "exists", name).returncode == 1:  # 1: no such container
+            return "removed"
+        time.sleep(0.5)
+    return f"NOT removed: podman rm said {removed.returncode} {removed.stderr.strip()}"
+
+
 def run(pod: Obj, *, container_name: str, timeout: float = 60.0) -> Execution:
     """Run the pod's container with podman (no network, removed after) and parse its output."""
     spec = pod["spec"]
@@ -131,15 +173,19 @@ def run(pod: Obj, *, container_name: str, timeout: float = 60.0) -> Execution:
     env_map = dict(env)
     command = [expand(a, env_map) for a in container.get("command") or []]
     args = [expand(a, env_map) for a in container.get("args") or []]
-    argv = ["podman", "run", "--rm", "--network=none", "--pull=never"]
+    name = f"e2e-{SESSION}-{uuid.uuid4().hex[:8]}"
+    argv = ["run", "--rm", "--network=none", "--pull=never", "--name", name, "--label", f"{SESSION_LABEL}={SESSION}"]
     for k, v in env:
         argv += ["--env", f"{k}={v}"]
     if command:
         argv += ["--entrypoint", command[0], container["image"], *command[1:], *args]
     else:
         argv += [container["image"], *args]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                          env={**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)})
+    try:
+        proc = podman(*argv, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Timeout(f"pod {pod['metadata']['name']}: container {name} ran over {timeout}s; "
+                      f"{_remove(name)}") from None
     return Execution(pod=pod["metadata"]["name"], exit_code=proc.returncode, stdout=proc.stdout,
                      stderr=proc.stderr, epoch=_printed(proc.stdout, "DISPATCH_EPOCH"),
                      attempt=_printed(proc.stdout, "DISPATCH_ATTEMPT"))

@@ -25,7 +25,9 @@ Invariants:
   after the server behind them is ready (their failurePolicy is Fail).
 - Every process is the control plane harness's `_Process`: its own process
   group, killed as a group by `stop()`, its log in the plane's log dir (which
-  the e2e conftest prints on failure).
+  the e2e conftest prints on failure). `started` keeps each group's id after
+  `stop()`, so the suite can check at its end that none is left
+  (`still_running`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import base64
 import copy
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -45,6 +48,7 @@ import kubernetes.client
 import yaml
 
 from tests.controlplane import harness
+from tests.e2e import execute
 
 HERE = pathlib.Path(__file__).resolve().parent
 READY_TIMEOUT_SECONDS = 120.0
@@ -137,6 +141,7 @@ class Stack:
         self.workdir = pathlib.Path(plane.workdir) / "e2e"
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._procs: dict[str, harness._Process] = {}
+        self.started: list[tuple[str, int]] = []  # (name, process group id), kept after stop()
         self._webhooks: list[dict[str, Any]] = []
         self.cert_dir = self.workdir / "webhook-certs"
         self.ca_bundle = ""
@@ -206,6 +211,8 @@ class Stack:
         proc = _EnvProcess(name, argv, pathlib.Path(self.plane.log_dir), env=env)
         self._procs[name] = proc
         proc.start()
+        assert proc.popen is not None
+        self.started.append((name, proc.popen.pid))  # its own session: the group id is its pid
         return proc
 
     def _wait_ready(self, name: str, health_port: int) -> None:
@@ -378,6 +385,36 @@ class Stack:
                 return
             time.sleep(0.2)
         raise harness.HarnessError(f"kwok did not make node {name} Ready in {timeout}s\n{self._procs['kwok'].tail()}")
+
+
+def still_running(groups: list[tuple[str, int]]) -> list[str]:
+    """Which of these process groups still has a live process (signal 0)."""
+    alive = []
+    for name, pgid in groups:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:  # exists, though not ours to signal: still alive
+            pass
+        alive.append(f"{name} (process group {pgid})")
+    return alive
+
+
+def leftovers(groups: list[tuple[str, int]]) -> list[str]:
+    """What a session left behind: live process groups, its containers that still exist."""
+    return [*still_running(groups), *(f"podman container {name}" for name in execute.leftover_containers())]
+
+
+def clean_up(groups: list[tuple[str, int]]) -> None:
+    """SIGKILL the groups, remove the session's containers."""
+    for _, pgid in groups:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for name in execute.leftover_containers():
+        execute.podman("rm", "--force", "--time=0", name)
 
 
 def _kueue_wants(hook: dict[str, Any]) -> bool:
