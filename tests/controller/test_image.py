@@ -1,59 +1,128 @@
-"""The controller image (images/controller.Containerfile) builds with podman
-on the local Python base, runs as non-root on a read-only root filesystem,
-loads its whole import graph, and refuses a missing cluster config in one
-line. Its behaviour against a cluster is proven by the process tests here."""
+"""The controller image (images/controller.Containerfile) builds on the local
+Python base, runs as non-root on a read-only root filesystem, loads its
+whole import graph, and, started the way the shipped Deployment starts it
+(its command, args, env and securityContext, read from deployment.yaml),
+reaches the controller and refuses a missing cluster config in one line.
+Its behaviour against a cluster is proven by the process tests here.
+
+Built and run through the Docker Engine API (the docker SDK against
+podman's Docker-compatible service, DESIGN.md §10); scripts/run-tests.sh
+sources scripts/podman-service.sh, which sets DOCKER_HOST.
+"""
 
 from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from typing import Any
 
+import docker
+import docker.errors
 import pytest
+import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PYTHON_BASE = "localhost/dispatch-base/python:3.11-bookworm"
 IMAGE = "localhost/dispatch/controller:test"
-ENV = {**os.environ, "CONTAINERS_CONF": str(REPO / "scripts/containers.conf")}
+MANIFESTS = REPO / "deployments" / "k8s" / "base" / "controller"
 
 pytestmark = pytest.mark.images
 
 
-def podman(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *args], env=ENV, check=True, capture_output=True, text=True, timeout=600)
+@pytest.fixture(scope="module")
+def client() -> Iterator[docker.DockerClient]:
+    if not os.environ.get("DOCKER_HOST"):
+        pytest.fail("DOCKER_HOST is not set: source scripts/podman-service.sh (scripts/run-tests.sh does)")
+    c = docker.from_env(timeout=600)
+    try:
+        assert c.ping()
+        yield c
+    finally:
+        c.close()
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> str:
-    podman("image", "exists", PYTHON_BASE)  # made by scripts/build-images.sh (make images)
+def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
+    try:
+        client.images.get(PYTHON_BASE)  # made by scripts/build-images.sh (make images)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"{PYTHON_BASE} is missing: run scripts/build-images.sh (make images)")
     context = tmp_path_factory.mktemp("controller-context")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(context / "wheels"),
-                    str(REPO)], check=True, capture_output=True, timeout=600)
-    podman("build", "--isolation", "chroot", "-q", "--build-arg", f"BASE={PYTHON_BASE}", "-t", IMAGE,
-           "-f", str(REPO / "images/controller.Containerfile"), str(context))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(context / "wheels"), str(REPO)],
+                   check=True, capture_output=True, timeout=600)
+    shutil.copy(REPO / "images" / "controller.Containerfile", context / "Containerfile")
+    client.images.build(path=str(context), dockerfile="Containerfile", tag=IMAGE,
+                        buildargs={"BASE": PYTHON_BASE}, rm=True, network_mode="none")
     return IMAGE
 
 
-def run(image: str, *args: str, entrypoint: str | None = None) -> subprocess.CompletedProcess[str]:
-    extra = ["--entrypoint", entrypoint] if entrypoint else []
-    return subprocess.run(["podman", "run", "--rm", "--read-only", "--network", "none", *extra, image, *args],
-                          env=ENV, capture_output=True, text=True, timeout=120)
+def shipped_container() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The controller container of deployment.yaml, and its pod spec."""
+    deployment = yaml.safe_load((MANIFESTS / "deployment.yaml").read_text())
+    namespace = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["namespace"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "controller"]
+    env = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        else:  # the Downward API: only the namespace is used
+            assert var["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace", var
+            env[var["name"]] = namespace
+    return {**container, "env": env}, pod
 
 
-def test_the_image_runs_non_root_with_its_whole_import_graph(image: str) -> None:
-    user = podman("image", "inspect", "--format", "{{.Config.User}}", image).stdout.strip()
-    assert user == "65532:65532"
-    proc = run(image, "-c", "import toolkit.controller.app, kubernetes, prometheus_client; "
-               "from toolkit import prologue; print(kubernetes.__version__, len(prologue.text()) > 0)",
-               entrypoint="python3")
-    assert (proc.returncode, proc.stdout.strip()) == (0, "37.0.2 True"), proc.stderr
+def run_as_shipped(client: docker.DockerClient, image: str, *extra_args: str) -> tuple[int, str]:
+    """Run the image as the Deployment would (command, args, env, user,
+    read-only root, capabilities), with EXTRA_ARGS after its args; returns
+    the exit status and stderr."""
+    container, pod = shipped_container()
+    security = container.get("securityContext") or {}
+    user = security.get("runAsUser", (pod.get("securityContext") or {}).get("runAsUser"))
+    kwargs: dict[str, Any] = {
+        "environment": container["env"],
+        "network_mode": "none",
+        "read_only": bool(security.get("readOnlyRootFilesystem")),
+        "cap_drop": (security.get("capabilities") or {}).get("drop"),
+        "security_opt": [] if security.get("allowPrivilegeEscalation", True) else ["no-new-privileges"],
+        "stdout": False,
+        "stderr": True,
+        "remove": True,
+    }
+    if user is not None:
+        kwargs["user"] = f"{user}:{user}"
+    if container.get("command"):  # Kubernetes' command replaces the ENTRYPOINT
+        kwargs["entrypoint"] = container["command"]
+    args = [*(container.get("args") or []), *extra_args]
+    try:
+        out = client.containers.run(image, args, **kwargs)
+    except docker.errors.ContainerError as exc:
+        return exc.exit_status, (exc.stderr or b"").decode()
+    return 0, out.decode()
 
 
-def test_the_image_refuses_a_missing_cluster_config_in_one_line(image: str) -> None:
-    proc = run(image, "--kubeconfig", "/nonexistent")
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [
+def test_the_image_runs_non_root_with_its_whole_import_graph(client: docker.DockerClient, image: str) -> None:
+    assert client.images.get(image).attrs["Config"]["User"] == "65532:65532"
+    out = client.containers.run(
+        image,
+        ["-c", "import toolkit.controller.app, kubernetes, prometheus_client; "
+         "from toolkit import prologue; print(kubernetes.__version__, len(prologue.text()) > 0)"],
+        entrypoint=["python3"], network_mode="none", read_only=True, remove=True,
+    )
+    assert out.decode().strip() == "37.0.2 True"
+
+
+def test_started_as_the_deployment_starts_it_the_controller_refuses_a_missing_config_in_one_line(
+    client: docker.DockerClient, image: str
+) -> None:
+    """A usage error here (exit 2) would mean the manifest's command or args
+    do not match the image's entry point: the shipped pods would never start."""
+    status, stderr = run_as_shipped(client, image, "--kubeconfig", "/nonexistent")
+    assert (status, stderr.strip().splitlines()) == (1, [
         "Error: --kubeconfig: cannot load a cluster config from /nonexistent: "
         "Invalid kube-config file. No configuration found."
-    ]
+    ])
