@@ -41,11 +41,13 @@ def backoff(failures: int, *, base: float, ceiling: float, retry_after: float | 
             fraction: float) -> float:
     """Seconds to wait after the `failures`-th failed check in a row:
     exponential, capped, the upper half jittered by `fraction` in [0, 1), and
-    never less than the server's Retry-After (capped too)."""
+    never less than the server's Retry-After, itself jittered upwards by up to
+    half (every pod of a job may get the same 429 at the same moment: they
+    must not all come back at once), the whole capped too."""
     delay = min(ceiling, base * 2 ** min(failures - 1, 60))
     delay = delay / 2 + fraction * delay / 2
     if retry_after is not None:
-        delay = max(delay, min(retry_after, ceiling))
+        delay = max(delay, min(retry_after + fraction * retry_after / 2, ceiling))
     return delay
 
 

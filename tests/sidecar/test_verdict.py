@@ -97,7 +97,11 @@ def test_reported_once_per_distinct_violation() -> None:
     (7, 0.0, None, 30.0),     # capped at 60, lower half
     (100, 0.0, None, 30.0),   # no overflow
     (1, 0.0, 20.0, 20.0),     # Retry-After wins when longer
-    (1, 0.0, 500.0, 60.0),    # ... but is capped too
+    (1, 0.5, 20.0, 25.0),     # ... jittered upwards, never below it
+    (1, 0.999, 20.0, 29.99),  # ... by less than half
+    (5, 0.0, 1.0, 8.0),       # the backoff wins when longer
+    (1, 0.0, 500.0, 60.0),    # Retry-After is capped too
+    (1, 0.999, 50.0, 60.0),   # ... with its jitter
 ])
 def test_backoff(failures: int, fraction: float, retry_after: float | None, seconds: float) -> None:
     got = main.backoff(failures, base=1.0, ceiling=60.0, retry_after=retry_after, fraction=fraction)
