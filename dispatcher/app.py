@@ -8,6 +8,8 @@
                                  │                 (Failed, or deleted unfinished)
                                  └────────▶ reaper (sandbox pods: job-id AND managed-by)
    finished Jobs reap themselves: ttlSecondsAfterFinished
+   a driver pod waiting to start past the start deadline (starts.stuck, checked on a tick over
+   the Pending driver pods): reporter ("stuck", the kubelet's reason), then delete its Job
 
 One thread owns the state (this loop); the watcher thread and the worker
 pool only put results on `self.inbox`. Every I/O step (create, report, reap)
@@ -29,19 +31,22 @@ import threading
 import time
 from typing import Any
 
-from dispatcher import backend, backoff, jobspec, kube, ledger, logs, reaper, reporter, settings, watcher
+from dispatcher import backend, backoff, jobspec, kube, ledger, logs, names, reaper, reporter, settings, starts, watcher
 
 log = logging.getLogger("dispatcher")
 
 CREATE_RETRY_SECONDS = 60.0
 MAX_REPORT_ATTEMPTS = 30
+# How often the Pending driver pods are checked against the start deadline: a quarter of it,
+# within these bounds (one filtered pod list per check).
+START_CHECK_MIN, START_CHECK_MAX = 0.5, 30.0
 
 
 @dataclasses.dataclass
 class Pending:
     """A report or a reap still to do for one Job."""
 
-    kind: str  # "failed" or "vanished"
+    kind: str  # "failed", "vanished", "stuck" (never started; its Job is deleted) or "refused"
     name: str
     job_id: str
     job: dict[str, Any] | None
@@ -49,6 +54,8 @@ class Pending:
     busy: bool = False
     attempts: int = 0
     body: dict[str, Any] | None = None
+    token: str | None = dataclasses.field(default=None, repr=False)
+    job_deleted: bool = False
     backoff: backoff.Backoff = dataclasses.field(default_factory=lambda: backoff.Backoff(base=0.5, cap=60.0))
 
 
@@ -70,6 +77,9 @@ class Dispatcher:
         self.next_claim = 0.0
         self.claim_backoff = backoff.Backoff(base=0.2, cap=30.0)
         self.dispatched = 0
+        self.next_start_check = 0.0
+        self.start_check_busy = False
+        self.start_check_every = min(START_CHECK_MAX, max(START_CHECK_MIN, config.driver_start_deadline / 4))
         self.watcher = watcher.Watcher(client, namespace=config.namespace, selector=jobspec.selector(),
                                        out=self.inbox, stop=self.watch_stop)
 
@@ -94,6 +104,7 @@ class Dispatcher:
                     continue
                 if self.synced:
                     self._claim()
+                    self._check_starts()
                 self._start_due(self.reports, self._report)
                 self._start_due(self.reaps, self._reap)
         finally:
@@ -109,6 +120,8 @@ class Dispatcher:
         dues = [p.due for p in (*self.reports.values(), *self.reaps.values()) if not p.busy]
         if self.synced and not self.stopping.is_set() and self.ledger.free() > 0:
             dues.append(self.next_claim)
+        if self.synced and not self.start_check_busy and self.ledger.unfinished() > 0:
+            dues.append(self.next_start_check)
         return min([1.0, *(max(0.0, d - now) for d in dues)])
 
     def _drain(self, *, timeout: float) -> None:
@@ -258,6 +271,47 @@ class Dispatcher:
                         extra=logs.fields(**fields, error=why))
             self.tokens.pop(name, None)
 
+    # -- the start deadline -------------------------------------------------
+
+    def _check_starts(self) -> None:
+        now = time.monotonic()
+        if self.start_check_busy or now < self.next_start_check or self.ledger.unfinished() == 0:
+            return
+        self.start_check_busy = True
+        self._submit(self._stuck_pods, self._stuck_found)
+
+    def _stuck_pods(self) -> list[tuple[str, starts.Stuck]]:
+        """(Job name, why) of each driver pod waiting to start past the deadline (one list call)."""
+        pods = self.kube.list_pods(self.config.namespace, selector=jobspec.selector(),
+                                   field_selector="status.phase=Pending")
+        now = time.time()
+        found = []
+        for pod in pods:
+            late = starts.stuck(pod, now=now, deadline=self.config.driver_start_deadline)
+            job_name = ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOB_NAME_LABEL)
+            if late is not None and job_name:
+                found.append((str(job_name), late))
+        return found
+
+    def _stuck_found(self, future: concurrent.futures.Future[Any]) -> None:
+        self.start_check_busy = False
+        self.next_start_check = time.monotonic() + self.start_check_every
+        try:
+            found = future.result()
+        except Exception as e:  # an API error, or a bug: neither may stop the loop
+            log.warning("start deadline check failed; retrying next tick", extra=logs.fields(error=str(e)))
+            return
+        for name, late in found:
+            entry = self.ledger.get(name)
+            if entry is None or not self.ledger.expire(name):
+                continue
+            log.warning("driver did not start within the start deadline; reporting and deleting its job",
+                        extra=logs.fields(job=name, job_id=entry.job_id, pod=late.pod, reason=late.reason,
+                                          waited_s=round(late.waited, 1),
+                                          deadline_s=self.config.driver_start_deadline))
+            pending = Pending("stuck", name, entry.job_id, None, token=self.tokens.get(name))
+            self.reports[name] = pending
+
     # -- reports and reaps --------------------------------------------------
 
     def _start_due(self, table: dict[str, Pending], fn: Any) -> None:
@@ -284,7 +338,7 @@ class Dispatcher:
         pending.due = time.monotonic() + pending.backoff.next_delay()
 
     def _token(self, pending: Pending) -> str | None:
-        token = self.tokens.get(pending.name)
+        token = pending.token or self.tokens.get(pending.name)
         if token:
             return token
         try:
@@ -301,13 +355,25 @@ class Dispatcher:
         except (kube.ApiError, kube.Unavailable) as e:
             log.warning("cannot read the job token yet", extra=logs.fields(**fields, error=str(e)))
             return False
+        pending.token = token
+        if pending.body is None and (token is not None or pending.kind == "stuck"):
+            pending.body = reporter.gather(self.kube, namespace=self.config.namespace, kind=pending.kind,
+                                           job_name=pending.name, job=pending.job,
+                                           tail_lines=self.config.log_tail_lines,
+                                           start_deadline=self.config.driver_start_deadline)
+        if pending.kind == "stuck" and not pending.job_deleted:
+            # The token and the report's detail are read first: the Secret and the pod go with the Job.
+            try:
+                self.kube.delete_job(self.config.namespace, pending.name)
+            except (kube.ApiError, kube.Unavailable) as e:
+                log.warning("cannot delete the job of a driver that never started; retrying",
+                            extra=logs.fields(**fields, error=str(e)))
+                return False
+            pending.job_deleted = True
         if token is None:
             log.error("no token for the run (its Secret is gone): death not reported", extra=logs.fields(**fields))
             return True
-        if pending.body is None:
-            pending.body = reporter.gather(self.kube, namespace=self.config.namespace, kind=pending.kind,
-                                           job_name=pending.name, job=pending.job,
-                                           tail_lines=self.config.log_tail_lines)
+        assert pending.body is not None
         outcome, status = self.backend.report(job_id=pending.job_id, token=token, body=pending.body)
         error = pending.body.get("error") or {}
         extra = logs.fields(**fields, outcome=outcome.value, http_status=status, reason=error.get("reason"),

@@ -116,6 +116,14 @@ class Kube:
             response.close()
             response.release_conn()
 
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete a Job and (in the background) its pods; its Secret goes with it. 404 is done."""
+        try:
+            self._call(self.batch.delete_namespaced_job, name, namespace, propagation_policy="Background")
+        except ApiError as e:
+            if e.status != 404:
+                raise
+
     def create_secret(self, namespace: str, body: Obj) -> Obj:
         return self._json(self.core.create_namespaced_secret, namespace, body)
 
@@ -124,8 +132,11 @@ class Kube:
 
     # -- Pods, logs, Events -------------------------------------------------
 
-    def list_pods(self, namespace: str, *, selector: str) -> list[Obj]:
-        return list(self._json(self.core.list_namespaced_pod, namespace, label_selector=selector).get("items") or [])
+    def list_pods(self, namespace: str, *, selector: str, field_selector: str = "") -> list[Obj]:
+        kwargs: dict[str, Any] = {"label_selector": selector}
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        return list(self._json(self.core.list_namespaced_pod, namespace, **kwargs).get("items") or [])
 
     def delete_pod(self, namespace: str, name: str) -> None:
         try:

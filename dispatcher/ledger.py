@@ -11,6 +11,11 @@ released on finish OR delete: a Job deleted before it finished (by a person,
 by a namespace teardown, or by TTL after a finish we missed) must not hold a
 slot forever (the most-reported bug of the closest peer).
 
+A Job whose driver never started (see `app` and the start deadline) is
+`expire`d: its report is made then, and the Job is deleted to free the slot.
+The slot stays taken until the delete is seen, so the cap holds; that
+DELETED is not a second "vanished" death.
+
 Relists: `sync` replaces what the watcher knows with a full list. An entry
 created after the list began cannot be in it and is kept; an entry created
 before the list began and absent from it is gone (its DELETED event was
@@ -47,6 +52,7 @@ class Entry:
     since: float  # monotonic time of the reservation or of the first sighting
     uid: str = ""
     seen: bool = False  # observed through the watcher (list or watch)
+    expired: bool = False  # past the start deadline: reported, and its delete sent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +121,14 @@ class Ledger:
         if entry is not None and entry.phase is Phase.CREATING and not entry.seen:
             self._drop(name)
 
+    def expire(self, name: str) -> bool:
+        """Mark an unfinished Job whose driver never started; False if it is not one (or already marked)."""
+        entry = self._entries.get(name)
+        if entry is None or entry.phase is not Phase.ACTIVE or entry.expired:
+            return False
+        entry.expired = True
+        return True
+
     def observe(self, event_type: str, job: Obj, *, now: float) -> list[Change]:
         """Apply one watch event (ADDED, MODIFIED, DELETED)."""
         meta = job.get("metadata") or {}
@@ -122,7 +136,7 @@ class Ledger:
         job_id = jobspec.job_id_of(job) or ""
         if event_type == "DELETED":
             entry = self._drop(name)
-            if entry is not None and entry.phase in UNFINISHED:
+            if entry is not None and entry.phase in UNFINISHED and not entry.expired:
                 return [Change("vanished", name, entry.job_id or job_id, job)]
             return []
         entry = self._entries.get(name)
@@ -142,7 +156,9 @@ class Ledger:
         if entry.phase is phase:
             return []
         self._set(entry, phase)
-        return [Change("failed", name, entry.job_id, job)] if phase is Phase.FAILED else []
+        if phase is Phase.FAILED and not entry.expired:  # an expired Job was reported when it expired
+            return [Change("failed", name, entry.job_id, job)]
+        return []
 
     def sync(self, jobs: Iterable[Obj], *, list_started: float, now: float) -> list[Change]:
         """Apply a full list taken at `list_started` (see the module docstring)."""
@@ -157,6 +173,6 @@ class Ledger:
             if entry.phase is Phase.CREATING and not entry.seen:
                 continue  # its create is still in hand; the create's answer decides
             self._drop(name)
-            if entry.phase in UNFINISHED:
+            if entry.phase in UNFINISHED and not entry.expired:
                 changes.append(Change("vanished", name, entry.job_id, None))
         return changes

@@ -1,8 +1,9 @@
 """Death reports: tell the backend about a driver that died without saying so.
 
 When a driver Job fails (its pod OOMKilled, evicted, deleted, lost with its
-node, or never started) or is deleted before it finished, the driver could
-not report; the dispatcher sends `POST /jobs/{id}/status` with the per-job
+node), is deleted before it finished, or its driver container never started
+within the start deadline ("stuck": the image never pulled, see `starts`),
+the driver could not report; the dispatcher sends `POST /jobs/{id}/status` with the per-job
 token (read back from the Job's Secret when this process did not claim it).
 
 `describe` is pure: from the Job, its pods, its Events and the log tail (or
@@ -90,12 +91,16 @@ def summarize_events(events: list[Obj]) -> list[dict[str, Any]]:
 
 
 def describe(*, kind: str, job_name: str, job: Obj | None, pod: Obj | None, events: list[Obj],
-             log_tail: str | None, log_error: str | None) -> dict[str, Any]:
+             log_tail: str | None, log_error: str | None, start_deadline: float | None = None) -> dict[str, Any]:
     """The status body for a dead driver (pure)."""
     container = container_state(pod)
     failure = job_failure(job)
     if kind == "vanished":
         reason, message = "DriverJobDeleted", "the driver Job was deleted before it finished"
+    elif kind == "stuck":
+        # The kubelet's own words: ImagePullBackOff and its "Back-off pulling image ..." message.
+        reason = container.get("reason") or "DriverNotStarted"
+        message = container.get("message") or f"the driver container did not start within {start_deadline}s"
     else:
         reason = container.get("reason") or failure.get("reason") or "DriverFailed"
         message = container.get("message") or failure.get("message") or "the driver Job failed"
@@ -109,6 +114,8 @@ def describe(*, kind: str, job_name: str, job: Obj | None, pod: Obj | None, even
         "job_condition": failure or None,
         "events": summarize_events(events),
     }
+    if kind == "stuck":
+        error["start_deadline_seconds"] = start_deadline
     if container.get("signal") is not None:
         error["signal"] = container["signal"]
     if log_tail is not None:
@@ -130,18 +137,20 @@ def token_from_secret(secret: Obj) -> str | None:
 
 
 def gather(client: kube.Kube, *, namespace: str, kind: str, job_name: str, job: Obj | None,
-           tail_lines: int) -> dict[str, Any]:
+           tail_lines: int, start_deadline: float | None = None) -> dict[str, Any]:
     """Read what the report needs, each read best-effort (the reads are the I/O half of `describe`)."""
     pod: Obj | None = None
     events: list[Obj] = []
     log_tail: str | None = None
     log_error: str | None = "the driver pod is gone"
-    if kind == "failed":
+    if kind in ("failed", "stuck"):
         try:
             pod = latest_pod(client.list_pods(namespace, selector=f"{names.JOB_NAME_LABEL}={job_name}"))
         except (kube.ApiError, kube.Unavailable) as e:
             log_error = f"the driver pod could not be listed: {e}"
-        if pod is not None:
+        if pod is not None and kind == "stuck":
+            log_error = "the driver container never started"
+        elif pod is not None:
             pod_name = pod["metadata"]["name"]
             if tail_lines > 0:
                 try:
@@ -166,4 +175,4 @@ def gather(client: kube.Kube, *, namespace: str, kind: str, job_name: str, job: 
             except (kube.ApiError, kube.Unavailable):
                 pass  # the report goes without them
     return describe(kind=kind, job_name=job_name, job=job, pod=pod, events=events,
-                    log_tail=log_tail, log_error=log_error)
+                    log_tail=log_tail, log_error=log_error, start_deadline=start_deadline)

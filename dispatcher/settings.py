@@ -38,6 +38,9 @@ VARIABLES: tuple[tuple[str, str | None, str], ...] = (
     ("TCAB_DISPATCHER_POLL_INTERVAL", "2", "Seconds to wait before claiming again after the backend had nothing (0.01..3600)."),
     ("TCAB_DISPATCHER_JOB_TTL_SECONDS", "3600", "`ttlSecondsAfterFinished` of each driver Job (0..31536000)."),
     ("TCAB_DISPATCHER_BACKEND_TIMEOUT", "10", "Seconds before a backend request times out (0.1..600)."),
+    ("TCAB_DISPATCHER_DRIVER_START_DEADLINE", "600",
+     "Seconds a driver container may wait to start once its pod is on a node (image pull, config); past it the "
+     "run is reported failed with the kubelet's reason and its Job deleted (1..86400)."),
     ("TCAB_DISPATCHER_LOG_TAIL_LINES", "100", "Lines of the dead driver pod's log put in a death report (0..10000)."),
     ("TCAB_DISPATCHER_WORKERS", "8", "Threads that create Jobs, send reports and reap (1..256)."),
     ("TCAB_DISPATCHER_LOG_LEVEL", "info", "debug, info, warning or error."),
@@ -70,6 +73,7 @@ class Settings:
     poll_interval: float = 2.0
     job_ttl_seconds: int = 3600
     backend_timeout: float = 10.0
+    driver_start_deadline: float = 600.0
     log_tail_lines: int = 100
     workers: int = 8
     log_level: str = "info"
@@ -177,6 +181,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         poll_interval=_seconds(env, "TCAB_DISPATCHER_POLL_INTERVAL", 2.0, low=0.01, high=3600),
         job_ttl_seconds=_int(env, "TCAB_DISPATCHER_JOB_TTL_SECONDS", 3600, low=0, high=31_536_000),
         backend_timeout=_seconds(env, "TCAB_DISPATCHER_BACKEND_TIMEOUT", 10.0, low=0.1, high=600),
+        driver_start_deadline=_seconds(env, "TCAB_DISPATCHER_DRIVER_START_DEADLINE", 600.0, low=1, high=86_400),
         log_tail_lines=_int(env, "TCAB_DISPATCHER_LOG_TAIL_LINES", 100, low=0, high=10_000),
         workers=_int(env, "TCAB_DISPATCHER_WORKERS", 8, low=1, high=256),
         log_level=level,

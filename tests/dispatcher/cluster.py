@@ -132,6 +132,29 @@ def terminate_pod(api: kubernetes.client.ApiClient, namespace: str, pod: str, *,
     kubernetes.client.CoreV1Api(api).patch_namespaced_pod_status(pod, namespace, status)
 
 
+def hold_waiting(api: kubernetes.client.ApiClient, namespace: str, pod: str, *, reason: str, message: str) -> None:
+    """What a kubelet writes while it cannot start the driver container (an image it cannot pull)."""
+    status = {"status": {
+        "phase": "Pending",
+        "containerStatuses": [{
+            "name": "driver", "image": IMAGE, "imageID": "", "ready": False, "restartCount": 0,
+            "state": {"waiting": {"reason": reason, "message": message}},
+        }],
+    }}
+    kubernetes.client.CoreV1Api(api).patch_namespaced_pod_status(pod, namespace, status)
+
+
+def gone(call: Callable[[], Any]) -> bool:
+    """True once `call` answers 404."""
+    try:
+        call()
+    except kubernetes.client.ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
+
+
 def job_token(api: kubernetes.client.ApiClient, namespace: str, job_name: str) -> str:
     secret = kubernetes.client.CoreV1Api(api).read_namespaced_secret(job_name, namespace)
     return base64.b64decode(secret.data["token"]).decode()

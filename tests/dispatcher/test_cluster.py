@@ -135,6 +135,42 @@ def test_a_failed_driver_is_reported_once_with_reason_and_exit_code_and_its_sand
         d.close()
 
 
+def test_a_driver_that_never_starts_is_reported_once_past_the_start_deadline_and_its_slot_comes_back(
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, backend: proc.Backend) -> None:
+    first, second = backend.enqueue(), backend.enqueue()
+    batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
+    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+                           TCAB_DISPATCHER_MAX_INFLIGHT="1", TCAB_DISPATCHER_DRIVER_START_DEADLINE="2")
+    message = 'Back-off pulling image "test-cabinet/driver:test": ErrImagePull: not found'
+    try:
+        d.start()
+        name = f"tcab-run-{first['id']}"
+        pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, name), what="driver pod")
+        cluster.hold_waiting(api_client, namespace, pod.metadata.name, reason="ImagePullBackOff", message=message)
+        cluster.wait(lambda: backend.get(first["id"])["state"] == "failed", what="the report of the stuck driver")
+        # The Job is deleted, its Secret goes with it, and the slot (MAX_INFLIGHT 1) takes the next run.
+        cluster.wait(lambda: cluster.gone(lambda: batch.read_namespaced_job(name, namespace)), what="Job deleted")
+        cluster.wait(lambda: cluster.gone(lambda: core.read_namespaced_secret(name, namespace)), what="Secret GC")
+        second_name = f"tcab-run-{second['id']}"
+        cluster.wait(lambda: [j for j in cluster.jobs(api_client, namespace) if j.metadata.name == second_name],
+                     what="the next run in the freed slot")
+        # The next pod is on no node (no container status): waiting for capacity, not stuck.
+        time.sleep(3.5)
+        assert backend.get(second["id"])["state"] == "claimed"
+        reports = backend.get(first["id"])["reports"]
+        assert len(reports) == 1
+        error = reports[0]["body"]["error"]
+        assert (error["reason"], error["message"], error["exit_code"]) == ("ImagePullBackOff", message, None)
+        assert (error["pod"], error["start_deadline_seconds"]) == (pod.metadata.name, 2)
+        assert [line["reason"] for line in d.lines()
+                if line["message"].startswith("driver did not start")] == ["ImagePullBackOff"]
+        assert not any(line["message"].startswith("death report") and line.get("job") == name
+                       and line.get("reason") == "DriverJobDeleted" for line in d.lines())
+        assert d.terminate() == 0
+    finally:
+        d.close()
+
+
 def test_a_verb_outside_the_role_is_forbidden(control_plane: Any, rbac_kubeconfig: str, namespace: str) -> None:
     with kubernetes.config.new_client_from_config(config_file=rbac_kubeconfig) as api:
         batch = kubernetes.client.BatchV1Api(api)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dispatcher import backend, jobspec, ledger, names, reaper, reporter, settings
+from dispatcher import backend, jobspec, ledger, names, reaper, reporter, settings, starts
 
 REQUIRED = {"TCAB_BACKEND_URL": "http://backend:8080", "TCAB_BACKEND_SERVICE_TOKEN": "s3cret",
             "TCAB_DISPATCHER_DRIVER_IMAGE": "driver:1"}
@@ -52,10 +52,29 @@ def test_the_process_refuses_to_start_with_one_line_and_exit_2() -> None:
     assert proc.stderr == "dispatcher: TCAB_BACKEND_URL is required and not set\n"
 
 
-def test_every_variable_is_in_the_docs_table() -> None:
-    doc = (REPO / "docs" / "dispatcher.md").read_text()
-    for name, _, _ in settings.VARIABLES:
-        assert f"`{name}`" in doc, name
+def table_rows(text: str, *, section: str) -> list[str]:
+    """The `| `NAME` | ... |` rows of the settings table in one `## ` section of a Markdown file."""
+    start = text.index(f"\n## {section}\n")
+    end = text.find("\n## ", start + 1)
+    body = text[start:end if end != -1 else len(text)]
+    return [line for line in body.splitlines() if line.startswith("| `")]
+
+
+def expected_row(name: str, default: str | None, meaning: str) -> str:
+    shown = "**required**" if default is None else "—" if default == "" else (
+        default if " " in default else f"`{default}`")
+    return f"| `{name}` | {shown} | {meaning} |"
+
+
+@pytest.mark.parametrize(("path", "section"), [("docs/dispatcher.md", "Configuration"),
+                                               ("README.md", "The dispatcher")])
+def test_every_variable_is_in_the_docs_table(path: str, section: str) -> None:
+    """The README's table (the issue asks for it there) and the docs' table both say what `VARIABLES` says."""
+    rows = table_rows((REPO / path).read_text(), section=section)
+    expected = [expected_row(*variable) for variable in settings.VARIABLES]
+    assert [r for r in expected if r not in rows] == []
+    names_in_table = [r.split("`")[1] for r in rows]
+    assert sorted(names_in_table) == sorted(v[0] for v in settings.VARIABLES), "a row for an unknown variable"
 
 
 CLAIM = backend.Claim(job_id="7f3a", token="tok-123", launch_request={"b": 1, "a": [2]})
@@ -146,3 +165,62 @@ def test_the_reap_guard_never_selects_the_driver_pod() -> None:
     assert not reaper.is_sandbox(mislabelled, job_id="7f3a", driver_job="tcab-run-7f3a")
     assert not reaper.is_sandbox(sandbox, job_id="other", driver_job="tcab-run-other")
     assert reaper.selector("7f3a") == "test-cabinet/job-id=7f3a,app.kubernetes.io/managed-by=test-cabinet-driver"
+
+
+def waiting_pod(reason: str | None, *, created: str = "2030-01-01T00:00:00Z", phase: str = "Pending",
+                scheduled: str | None = None, state: dict[str, object] | None = None) -> dict[str, object]:
+    conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}] if scheduled else []
+    statuses = [] if reason is None else [{"name": "driver", "state": state or {"waiting": {
+        "reason": reason, "message": f"{reason}: test-cabinet/driver:none"}}}]
+    return {"metadata": {"name": "p", "creationTimestamp": created},
+            "status": {"phase": phase, "conditions": conditions, "containerStatuses": statuses}}
+
+
+T0 = starts.timestamp("2030-01-01T00:00:00Z") or 0.0
+
+
+@pytest.mark.parametrize("reason", ["ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                                    "CreateContainerConfigError"])
+def test_a_driver_waiting_to_start_past_the_deadline_is_stuck_with_the_kubelets_reason(reason: str) -> None:
+    assert starts.stuck(waiting_pod(reason), now=T0 + 599, deadline=600) is None
+    late = starts.stuck(waiting_pod(reason), now=T0 + 601, deadline=600)
+    assert late is not None and (late.pod, late.reason, late.waited) == ("p", reason, 601)
+    assert late.message == f"{reason}: test-cabinet/driver:none"
+
+
+def test_the_start_deadline_counts_from_scheduling_and_spares_unscheduled_started_and_malformed_pods() -> None:
+    # Scheduled 500 s after creation: the wait counts from then.
+    assert starts.stuck(waiting_pod("ErrImagePull", scheduled="2030-01-01T00:08:20Z"), now=T0 + 700,
+                        deadline=600) is None
+    assert starts.stuck(waiting_pod(None), now=T0 + 10_000, deadline=600) is None  # waiting for a node
+    running = waiting_pod("x", state={"running": {"startedAt": "2030-01-01T00:00:05Z"}})
+    assert starts.stuck(running, now=T0 + 10_000, deadline=600) is None
+    assert starts.stuck(waiting_pod("ErrImagePull", phase="Failed"), now=T0 + 10_000, deadline=600) is None
+    for bad in ({}, {"status": None}, {"status": {"containerStatuses": [{"name": "driver", "state": "x"}]}},
+                waiting_pod("ErrImagePull", created="yesterday"), waiting_pod("ErrImagePull", created=None)):  # type: ignore[arg-type]
+        assert starts.stuck(bad, now=T0 + 10_000, deadline=600) is None
+
+
+def test_an_expired_job_keeps_its_slot_until_deleted_and_is_not_reported_again() -> None:
+    book = ledger.Ledger(max_inflight=1)
+    book.reserve(name="a", job_id="a", now=1)
+    assert not book.expire("a")  # not created yet: nothing to expire
+    book.created("a", uid="u-a", now=2)
+    assert book.expire("a") and not book.expire("a")
+    assert book.free() == 0
+    assert book.observe("MODIFIED", job("a", state="Failed"), now=3) == []
+    assert book.observe("DELETED", job("a"), now=4) == [] and book.free() == 1
+    book.reserve(name="b", job_id="b", now=5)
+    book.created("b", uid="u-b", now=5)
+    book.expire("b")
+    assert book.sync([], list_started=6, now=7) == [] and book.free() == 1
+
+
+def test_a_stuck_driver_is_reported_with_the_waiting_reason_and_no_exit_code() -> None:
+    pod = waiting_pod("ImagePullBackOff")
+    body = reporter.describe(kind="stuck", job_name="j", job=None, pod=pod, events=[],
+                             log_tail=None, log_error="the driver container never started", start_deadline=600)
+    error = body["error"]
+    assert (error["reason"], error["exit_code"], error["start_deadline_seconds"]) == ("ImagePullBackOff", None, 600)
+    assert error["message"] == "ImagePullBackOff: test-cabinet/driver:none"
+    assert error["log_error"] == "no log could be read: the driver container never started"
