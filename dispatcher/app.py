@@ -421,9 +421,8 @@ def main(environ: dict[str, str] | None = None) -> int:
     dispatcher = Dispatcher(config, client=client, api=api)
     signal.signal(signal.SIGTERM, lambda signum, frame: dispatcher.stop())
     signal.signal(signal.SIGINT, lambda signum, frame: dispatcher.stop())
-    max_ticks = os.environ.get("TCAB_DISPATCHER_TEST_MAX_TICKS")  # test-only bound, not documented for operators
     try:
-        return dispatcher.run(max_ticks=int(max_ticks) if max_ticks else None)
+        return dispatcher.run()
     finally:
         api.close()
         client.close()
