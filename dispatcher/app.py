@@ -56,6 +56,7 @@ class Pending:
     body: dict[str, Any] | None = None
     token: str | None = dataclasses.field(default=None, repr=False)
     job_deleted: bool = False
+    retry_after: float | None = None  # the backend's Retry-After on the last attempt
     backoff: backoff.Backoff = dataclasses.field(default_factory=lambda: backoff.Backoff(base=0.5, cap=60.0))
 
 
@@ -183,7 +184,7 @@ class Dispatcher:
             try:
                 claim = self.backend.claim()
             except backend.BackendError as e:
-                delay = self.claim_backoff.next_delay()
+                delay = max(self.claim_backoff.next_delay(), e.retry_after or 0.0)
                 log.warning("claim failed; retrying", extra=logs.fields(error=str(e), retry_in=round(delay, 2)))
                 self.next_claim = now + delay
                 return
@@ -330,12 +331,17 @@ class Dispatcher:
             log.error("report/reap step crashed", extra=logs.fields(job=pending.name, error=repr(e)))
             done = False
         pending.attempts += 1
-        if done or (table is self.reports and pending.attempts >= MAX_REPORT_ATTEMPTS):
+        abandoned = not done and table is self.reports and pending.attempts >= MAX_REPORT_ATTEMPTS
+        if abandoned:
+            log.error("death report abandoned: the backend never took it",
+                      extra=logs.fields(job=pending.name, job_id=pending.job_id, attempts=pending.attempts))
+        if done or abandoned:
             table.pop(pending.name, None)
             if pending.name not in self.reports and self.ledger.get(pending.name) is None:
                 self.tokens.pop(pending.name, None)
             return
-        pending.due = time.monotonic() + pending.backoff.next_delay()
+        pending.due = time.monotonic() + max(pending.backoff.next_delay(), pending.retry_after or 0.0)
+        pending.retry_after = None
 
     def _token(self, pending: Pending) -> str | None:
         token = pending.token or self.tokens.get(pending.name)
@@ -374,15 +380,19 @@ class Dispatcher:
             log.error("no token for the run (its Secret is gone): death not reported", extra=logs.fields(**fields))
             return True
         assert pending.body is not None
-        outcome, status = self.backend.report(job_id=pending.job_id, token=token, body=pending.body)
+        answer = self.backend.report(job_id=pending.job_id, token=token, body=pending.body)
+        outcome = answer.outcome
         error = pending.body.get("error") or {}
-        extra = logs.fields(**fields, outcome=outcome.value, http_status=status, reason=error.get("reason"),
-                            exit_code=error.get("exit_code"))
+        extra = logs.fields(**fields, outcome=outcome.value, http_status=answer.status, reason=error.get("reason"),
+                            exit_code=error.get("exit_code"), attempt=pending.attempts + 1)
         if outcome is backend.Outcome.RETRY:
+            pending.retry_after = answer.retry_after
             log.warning("death report not delivered; retrying", extra=extra)
             return False
         if outcome is backend.Outcome.REFUSED:
             log.error("death report refused by the backend", extra=extra)
+        elif outcome is backend.Outcome.UNKNOWN:
+            log.warning("death report given up: the backend does not know the run", extra=extra)
         else:
             log.info("death reported" if outcome is backend.Outcome.ACCEPTED else "death report not needed",
                      extra=extra)

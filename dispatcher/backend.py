@@ -9,6 +9,9 @@ Contract (seed 002; the reference backend in `refbackend/` implements it):
 - `POST /jobs/{id}/status` with the per-job token: 2xx accepted; 404 unknown
   run and 409 already terminal are final answers (done, never retried); 5xx,
   429 and timeouts are retryable; any other 4xx is a final refusal.
+- A 429 or 503 may carry `Retry-After` (seconds or an HTTP date): the retry
+  waits at least that long (at most `MAX_RETRY_AFTER`, so a wrong header
+  cannot park the dispatcher for a day).
 
 The tokens travel only in the Authorization header and are never logged:
 `Claim.token` is excluded from its repr.
@@ -17,8 +20,11 @@ The tokens travel only in the Authorization header and are never logged:
 from __future__ import annotations
 
 import dataclasses
+import email.utils
 import enum
 import json
+import math
+import time
 import urllib.parse
 from typing import Any
 
@@ -27,8 +33,35 @@ import urllib3
 from dispatcher import names
 
 
+MAX_RETRY_AFTER = 600.0
+
+
+def retry_after(value: str | None, *, now: float) -> float | None:
+    """Seconds to wait from a `Retry-After` header (delta-seconds or an HTTP date), or None if absent/unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - now
+    if math.isnan(seconds):
+        return None
+    return min(MAX_RETRY_AFTER, max(0.0, seconds))
+
+
 class BackendError(Exception):
-    """The backend could not be reached or answered 5xx/429: retry later."""
+    """The backend could not be reached or answered 5xx/429: retry later (not before `retry_after`)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class BackendRefused(Exception):
@@ -49,6 +82,19 @@ class Outcome(enum.Enum):
     TERMINAL = "terminal"  # 409: the run already has a terminal state
     REFUSED = "refused"  # another 4xx: final, logged as an error
     RETRY = "retry"  # 5xx, 429, timeout, connection error
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """What a status report came to."""
+
+    outcome: Outcome
+    status: int  # the HTTP status, 0 if there was no answer
+    retry_after: float | None = None
+
+
+def _retry_after(response: urllib3.BaseHTTPResponse) -> float | None:
+    return retry_after(response.headers.get("Retry-After"), now=time.time())
 
 
 class Backend:
@@ -82,7 +128,7 @@ class Backend:
         if status == 204:
             return None
         if status == 429 or status >= 500:
-            raise BackendError(f"claim: HTTP {status}")
+            raise BackendError(f"claim: HTTP {status}", retry_after=_retry_after(response))
         if status != 200:
             raise BackendRefused(f"claim: HTTP {status}: {response.data[:200].decode(errors='replace')}")
         try:
@@ -96,20 +142,20 @@ class Backend:
         return Claim(job_id=job_id, token=token, launch_request=data.get("launch_request"),
                      harness=str(data.get("harness") or ""))
 
-    def report(self, *, job_id: str, token: str, body: dict[str, Any]) -> tuple[Outcome, int]:
-        """Send a status; returns the outcome and the HTTP status (0 if none)."""
+    def report(self, *, job_id: str, token: str, body: dict[str, Any]) -> Answer:
+        """Send a status; what it came to."""
         path = names.STATUS_PATH.format(id=urllib.parse.quote(job_id, safe=""))
         try:
             response = self._post(path, token=token, body=body)
         except urllib3.exceptions.HTTPError:
-            return Outcome.RETRY, 0
+            return Answer(Outcome.RETRY, 0)
         status = response.status
         if 200 <= status < 300:
-            return Outcome.ACCEPTED, status
+            return Answer(Outcome.ACCEPTED, status)
         if status == 404:
-            return Outcome.UNKNOWN, status
+            return Answer(Outcome.UNKNOWN, status)
         if status == 409:
-            return Outcome.TERMINAL, status
+            return Answer(Outcome.TERMINAL, status)
         if status == 429 or status >= 500:
-            return Outcome.RETRY, status
-        return Outcome.REFUSED, status
+            return Answer(Outcome.RETRY, status, _retry_after(response))
+        return Answer(Outcome.REFUSED, status)

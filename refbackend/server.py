@@ -12,7 +12,12 @@ Endpoints (JSON bodies; `Authorization: Bearer <token>`):
 Test hooks (service token), for fault tests against a real server:
 - POST /_faults {"status": 503, "count": N} answers the next N claims or
   status reports with that status; {"delay": S, "count": N} sleeps S seconds
-  before answering them; "on": "next" or "status" limits it to one endpoint.
+  before answering them (then serves them: a client that timed out meanwhile
+  finds the claim taken or the report recorded, as with a real slow backend);
+  "on": "next" or "status" limits it to one endpoint; "retry_after": V adds
+  the header `Retry-After: V` to the fault's answer. A malformed fault is 400.
+- GET /_faults -> {"faults": [the ones left], "hits": {"next": N, "status": N}}:
+  how many claims and status reports arrived (faulted or not).
 """
 
 from __future__ import annotations
@@ -38,6 +43,33 @@ class Server(http.server.ThreadingHTTPServer):
         self.faults: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.requests = 0
+        self.hits = {"next": 0, "status": 0}
+
+
+def check_fault(body: Any) -> str | None:
+    """Why a POST /_faults body is malformed, or None."""
+    if not isinstance(body, dict):
+        return "a fault is a JSON object"
+    unknown = set(body) - {"status", "count", "delay", "on", "retry_after"}
+    if unknown:
+        return f"unknown fault fields: {', '.join(sorted(unknown))}"
+    count = body.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        return "count must be an integer >= 1"
+    status = body.get("status")
+    if status is not None and (not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599):
+        return "status must be an HTTP status (100..599)"
+    delay = body.get("delay")
+    if delay is not None and (not isinstance(delay, (int, float)) or isinstance(delay, bool) or not 0 <= delay <= 600):
+        return "delay must be a number of seconds in 0..600"
+    if body.get("on") not in (None, "next", "status"):
+        return 'on must be "next" or "status"'
+    if status is None and delay is None:
+        return "a fault needs a status or a delay"
+    retry_after = body.get("retry_after")
+    if retry_after is not None and (not isinstance(retry_after, (str, int)) or "\n" in str(retry_after)):
+        return "retry_after must be a string or an integer"
+    return None
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -51,9 +83,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the tests read stdout
         pass
 
-    def _send(self, code: int, body: Any = None) -> None:
+    def _send(self, code: int, body: Any = None, headers: dict[str, str] | None = None) -> None:
         data = b"" if body is None else json.dumps(body).encode()
         self.send_response(code)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -77,6 +111,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _fault(self, endpoint: str) -> bool:
         with self.server.lock:
             self.server.requests += 1
+            self.server.hits[endpoint] += 1
             fault = next((f for f in self.server.faults if f.get("on") in (None, endpoint)), None)
             if fault is not None:
                 fault["count"] -= 1
@@ -87,7 +122,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if fault.get("delay"):
             time.sleep(float(fault["delay"]))
         if fault.get("status"):
-            self._send(int(fault["status"]), {"error": "injected fault"})
+            headers = {"Retry-After": str(fault["retry_after"])} if fault.get("retry_after") is not None else None
+            self._send(int(fault["status"]), {"error": "injected fault"}, headers)
             return True
         return False
 
@@ -101,9 +137,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if parts == ["_faults"] and method == "POST":
             if self._service():
+                why = check_fault(body)
+                if why is not None:
+                    self._send(400, {"error": why})
+                    return
                 with self.server.lock:
-                    self.server.faults.append(dict(body))
+                    self.server.faults.append({"count": 1, **body})
                 self._send(200, {})
+            return
+        if parts == ["_faults"] and method == "GET":
+            if self._service():
+                with self.server.lock:
+                    answer = {"faults": [dict(f) for f in self.server.faults], "hits": dict(self.server.hits)}
+                self._send(200, answer)
             return
         endpoint = "next" if parts == ["jobs", "next"] else "status" if parts[-1:] == ["status"] else ""
         if method == "POST" and endpoint and self._fault(endpoint):

@@ -72,3 +72,9 @@ class Backend:
 
     def fault(self, **fault: Any) -> None:
         assert self.call("POST", "/_faults", fault)[0] == 200
+
+    def faults(self) -> dict[str, Any]:
+        """{"faults": [those left], "hits": {"next": N, "status": N}}."""
+        code, body = self.call("GET", "/_faults")
+        assert code == 200, (code, body)
+        return dict(body)

@@ -1,0 +1,121 @@
+"""The dispatcher's backend client and the loop's retry bookkeeping, against the real reference backend."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import email.utils
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dispatcher import app, backend, settings
+from tests.refbackend import proc
+
+
+@pytest.fixture
+def ref() -> Iterator[proc.Backend]:
+    with proc.Backend() as b:
+        yield b
+
+
+def test_retry_after_reads_seconds_and_http_dates_and_ignores_garbage() -> None:
+    now = 1_900_000_000.0
+    assert backend.retry_after("7", now=now) == 7
+    assert backend.retry_after(email.utils.formatdate(now + 30, usegmt=True), now=now) == 30
+    assert backend.retry_after(email.utils.formatdate(now - 30, usegmt=True), now=now) == 0
+    assert backend.retry_after("999999", now=now) == backend.MAX_RETRY_AFTER
+    for garbage in (None, "", "soon", "-5", "1.5e9", "Wed, 99 Foo 2030"):
+        assert backend.retry_after(garbage, now=now) is None
+
+
+def test_a_429_with_retry_after_reaches_the_caller_for_claims_and_reports(ref: proc.Backend) -> None:
+    run = ref.enqueue()
+    client = backend.Backend(url=ref.url, service_token=ref.token, timeout=5)
+    try:
+        ref.fault(status=429, on="next", retry_after="7")
+        with pytest.raises(backend.BackendError) as e:
+            client.claim()
+        assert e.value.retry_after == 7
+        ref.fault(status=503, on="status", retry_after="9")
+        assert client.report(job_id=run["id"], token=run["token"], body={"status": "failed"}) == backend.Answer(
+            backend.Outcome.RETRY, 503, 9.0)
+        assert client.report(job_id=run["id"], token=run["token"], body={"status": "failed"}).outcome is \
+            backend.Outcome.ACCEPTED
+    finally:
+        client.close()
+
+
+def dispatcher_for(ref: proc.Backend) -> app.Dispatcher:
+    """The real loop object over the real backend; no Kubernetes call is reached in these tests."""
+    config = settings.from_env({"TCAB_BACKEND_URL": ref.url, "TCAB_BACKEND_SERVICE_TOKEN": ref.token,
+                                "TCAB_DISPATCHER_DRIVER_IMAGE": "driver:1", "TCAB_DISPATCHER_NAMESPACE": "ns"})
+    client = backend.Backend(url=ref.url, service_token=ref.token, timeout=5)
+    return app.Dispatcher(config, client=None, api=client)  # type: ignore[arg-type]
+
+
+def close(d: app.Dispatcher) -> None:
+    d.pool.shutdown(wait=True)
+    d.backend.close()
+
+
+def test_the_loop_waits_out_a_claims_retry_after(ref: proc.Backend) -> None:
+    d = dispatcher_for(ref)
+    try:
+        ref.enqueue()
+        ref.fault(status=429, on="next", retry_after="7")
+        d.synced = True
+        before = time.monotonic()
+        d._claim()
+        assert d.next_claim >= before + 7, "claimed again before the backend's Retry-After"
+        assert d.in_hand == 0 and d.ledger.unfinished() == 0
+    finally:
+        close(d)
+
+
+def report_once(d: app.Dispatcher, pending: app.Pending) -> None:
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    future.set_result(d._report(pending))
+    d._after(future, pending, d.reports)
+
+
+def test_the_loop_waits_out_a_reports_retry_after(ref: proc.Backend) -> None:
+    run = ref.enqueue()
+    d = dispatcher_for(ref)
+    try:
+        pending = app.Pending("failed", "tcab-run-x", run["id"], None, token=run["token"],
+                              body={"status": "failed", "error": {"reason": "OOMKilled"}})
+        d.reports[pending.name] = pending
+        ref.fault(status=429, on="status", retry_after="7")
+        before = time.monotonic()
+        report_once(d, pending)
+        assert pending.name in d.reports and pending.due >= before + 7
+        report_once(d, pending)  # no fault left: delivered
+        assert pending.name not in d.reports and ref.get(run["id"])["state"] == "failed"
+    finally:
+        close(d)
+
+
+def test_a_report_abandoned_after_the_last_attempt_logs_an_error(ref: proc.Backend,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    run = ref.enqueue()
+    d = dispatcher_for(ref)
+    try:
+        pending = app.Pending("failed", "tcab-run-x", run["id"], None, token=run["token"],
+                              body={"status": "failed", "error": {"reason": "OOMKilled"}},
+                              attempts=app.MAX_REPORT_ATTEMPTS - 2)
+        d.reports[pending.name] = pending
+        ref.fault(status=503, on="status", count=5)
+        with caplog.at_level(logging.INFO, logger="dispatcher"):
+            report_once(d, pending)
+            assert pending.name in d.reports and not [r for r in caplog.records if r.levelno >= logging.ERROR]
+            report_once(d, pending)
+        assert pending.name not in d.reports
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert [r.getMessage() for r in errors] == ["death report abandoned: the backend never took it"]
+        assert errors[0].fields["attempts"] == app.MAX_REPORT_ATTEMPTS  # type: ignore[attr-defined]
+        assert ref.faults()["hits"]["status"] == 2
+    finally:
+        close(d)
