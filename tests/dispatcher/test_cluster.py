@@ -110,6 +110,9 @@ def test_a_failed_driver_is_reported_once_with_reason_and_exit_code_and_its_sand
         d.start()
         name = f"tcab-run-{run['id']}"
         pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, name), what="driver pod")
+        # The Job controller's own Event (SuccessfulCreate) is recorded before the pod dies, so the report can quote it.
+        cluster.wait(lambda: core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.kind=Job,involvedObject.name={name}").items, what="Job Event")
         backend.fault(status=503, count=2, on="status")
         cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=137, reason="OOMKilled")
         cluster.wait(lambda: backend.get(run["id"])["state"] == "failed", what="the death report")
@@ -124,6 +127,9 @@ def test_a_failed_driver_is_reported_once_with_reason_and_exit_code_and_its_sand
         assert (error["reason"], error["exit_code"], error["pod"]) == ("OOMKilled", 137, pod.metadata.name)
         assert error["log_tail"] is None and error["log_error"].startswith("no log could be read")
         assert error["job_condition"]["reason"]
+        # The Job's Events were listed (the Role's events list verb) and quoted.
+        assert any(e["object"] == f"Job/{name}" and e["reason"] == "SuccessfulCreate" for e in error["events"]), \
+            error["events"]
         assert any(line["message"] == "death report not delivered; retrying" for line in d.lines())
         assert d.terminate() == 0
         # A restart reports the still-present failed Job again; the backend's 409 makes that a no-op.
@@ -131,8 +137,94 @@ def test_a_failed_driver_is_reported_once_with_reason_and_exit_code_and_its_sand
         cluster.wait(lambda: any(line["message"] == "death report not needed" for line in d.lines()), what="409")
         assert len(backend.get(run["id"])["reports"]) == 1
         assert d.terminate() == 0
+        # The token Secret is owned by the Job: when the Job goes (TTL, or a person), the Secret goes with it.
+        assert core.read_namespaced_secret(name, namespace).metadata.name == name
+        kubernetes.client.BatchV1Api(api_client).delete_namespaced_job(name, namespace,
+                                                                       propagation_policy="Background")
+        cluster.wait(lambda: cluster.gone(lambda: core.read_namespaced_secret(name, namespace)),
+                     what="the Secret garbage-collected with its Job")
     finally:
         d.close()
+
+
+def report_lines(d: cluster.Dispatcher, name: str) -> list[dict[str, Any]]:
+    return [line for line in d.lines() if line.get("job") == name and line["message"].startswith("death report")]
+
+
+def delete_unfinished_job(api_client: kubernetes.client.ApiClient, namespace: str, name: str) -> None:
+    """A driver Job deleted before it finished: the dispatcher owes the backend a death report."""
+    cluster.wait(lambda: [j for j in cluster.jobs(api_client, namespace) if j.metadata.name == name], what=name)
+    kubernetes.client.BatchV1Api(api_client).delete_namespaced_job(name, namespace, propagation_policy="Background")
+
+
+def test_a_status_report_slower_than_the_backend_timeout_is_retried_and_recorded_once(
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, backend: proc.Backend) -> None:
+    run = backend.enqueue()
+    name = f"tcab-run-{run['id']}"
+    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+                           TCAB_DISPATCHER_BACKEND_TIMEOUT="0.5")
+    try:
+        d.start()
+        backend.fault(delay=1.5, on="status")  # served after 1.5 s: the dispatcher has given up waiting by then
+        delete_unfinished_job(api_client, namespace, name)
+        cluster.wait(lambda: [line for line in report_lines(d, name) if line["outcome"] != "retry"],
+                     what="the report delivered")
+        time.sleep(2)  # the slow first attempt has been served too by now
+        lines = report_lines(d, name)
+        assert (lines[0]["message"], lines[0]["http_status"]) == ("death report not delivered; retrying", 0)
+        assert lines[-1]["outcome"] in ("accepted", "terminal") and len(lines) >= 2
+        reports = backend.get(run["id"])["reports"]
+        assert [r["body"]["error"]["reason"] for r in reports] == ["DriverJobDeleted"]
+        assert backend.faults()["hits"]["status"] == len(lines)
+        assert d.terminate() == 0
+    finally:
+        d.close()
+
+
+def test_a_404_on_a_status_report_is_tried_exactly_once_and_given_up(
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, backend: proc.Backend) -> None:
+    run = backend.enqueue()
+    name = f"tcab-run-{run['id']}"
+    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend)
+    try:
+        d.start()
+        backend.fault(status=404, count=3, on="status")
+        delete_unfinished_job(api_client, namespace, name)
+        cluster.wait(lambda: report_lines(d, name), what="the report's outcome")
+        time.sleep(2)  # a retry would come within 0.5 s
+        lines = report_lines(d, name)
+        assert [(line["message"], line["level"], line["http_status"]) for line in lines] == [
+            ("death report given up: the backend does not know the run", "warning", 404)]
+        faults = backend.faults()
+        assert (faults["faults"], faults["hits"]["status"]) == ([{"status": 404, "count": 2, "on": "status"}], 1)
+        assert backend.get(run["id"])["reports"] == []
+        assert d.terminate() == 0
+    finally:
+        d.close()
+
+
+def test_claims_that_fail_or_time_out_back_off_and_every_run_is_still_dispatched_once(
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
+    # A claim that times out at the dispatcher may still be taken at the backend: the lease brings it back.
+    with proc.Backend(lease=2) as backend:
+        runs = [backend.enqueue()["id"] for _ in range(3)]
+        backend.fault(status=503, count=3, on="next")
+        backend.fault(delay=1.5, on="next")
+        d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+                               TCAB_DISPATCHER_BACKEND_TIMEOUT="0.5")
+        try:
+            d.start()
+            cluster.wait(lambda: {j.metadata.name for j in cluster.jobs(api_client, namespace)} ==
+                         {f"tcab-run-{i}" for i in runs}, timeout=60, what="a Job for every run")
+            failures = [line for line in d.lines() if line["message"] == "claim failed; retrying"]
+            assert [f["error"] for f in failures[:3]] == ["claim: HTTP 503"] * 3
+            assert "Timeout" in failures[3]["error"]
+            delays = [f["retry_in"] for f in failures[:4]]
+            assert delays == sorted(delays) and delays[0] < delays[3], "no backoff"
+            assert sum(line["message"] == "dispatched" for line in d.lines()) == 3
+            assert d.terminate() == 0
+        finally:
+            d.close()
 
 
 def test_a_driver_that_never_starts_is_reported_once_past_the_start_deadline_and_its_slot_comes_back(
