@@ -226,7 +226,15 @@ def test_verdict_event_and_request_count(setup: Setup, tmp_path: pathlib.Path, c
     # Reported once, logged at every check: the second check only reads.
     assert [v["events"] for v in verdicts] == ([0, 0] if rule is None else [1, 0])
     assert [r["n"] for r in requests] == list(range(1, len(requests) + 1))
-    assert len(requests) == 2 * reads + (0 if rule is None else 1)
+    # The budget: at most 2 reads per check, plus one Event POST per violation reported.
+    for n in (1, 2):
+        sent = [(r["method"], r["path"]) for r in requests if r["check"] == n]
+        gets = [path for method, path in sent if method == "GET"]
+        posts = [path for method, path in sent if method == "POST"]
+        assert len(gets) == reads <= 2, sent
+        assert gets[0].endswith(f"/namespaces/{setup.namespace}/trainjobs/{name}"), sent
+        assert posts == ([f"/api/v1/namespaces/{setup.namespace}/events"] if rule is not None and n == 1 else []), sent
+        assert len(sent) == len(gets) + len(posts), sent
     assert len([line for line in sidecar.lines if line["msg"] == "violation"]) == (0 if rule is None else 2)
 
     events = setup.events(name)
