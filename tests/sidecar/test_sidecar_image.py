@@ -1,12 +1,13 @@
-"""The sidecar image, built with podman and run as a container: non-root,
-read-only root filesystem, against the real apiserver (host network), and
-stopped with SIGTERM (exit 0).
+"""The sidecar image, built and run as a container: non-root, read-only root
+filesystem, against the real apiserver (host network), and stopped with
+SIGTERM (exit 0).
 
-No registry is reachable, so the Python base is made here: the debootstrap
-Debian base (scripts/build-images.sh) plus Debian's own python3.11 packages,
-fetched with `apt-get download` and installed with dpkg in the build (the
-build has no network). Only the packages the standard-library modules the
-sidecar imports need; dpkg's dependency check is waived for the rest.
+Built and run through the Docker Engine API (the docker SDK against podman's
+Docker-compatible service, DESIGN.md §10; scripts/run-tests.sh sources
+scripts/podman-service.sh, which sets DOCKER_HOST). The base is the local
+Python base, localhost/dispatch-base/python (Debian's python3.11 packages on
+the debootstrap minbase), made by scripts/build-images.sh: no registry is
+reachable. The build context holds only what the Containerfile copies.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
+import time
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
+import docker
+import docker.errors
 import pytest
 
 from tests.controlplane import harness
@@ -30,38 +35,80 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 PYTHON_BASE = "localhost/dispatch-base/python:3.11-bookworm"
 IMAGE = "localhost/dispatch/sidecar:test"
 setup = cluster.setup  # the fixture: the shipped RBAC and a dispatch-sidecar token
-ENV = {**os.environ, "CONTAINERS_CONF": str(REPO / "scripts/containers.conf")}
-
-
-def podman(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *args], env=ENV, check=True, capture_output=True, text=True,
-                          **kwargs)  # type: ignore[call-overload]
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> str:
-    podman("image", "exists", PYTHON_BASE)  # made by scripts/build-images.sh (make images)
+def client() -> Iterator[docker.DockerClient]:
+    if not os.environ.get("DOCKER_HOST"):
+        pytest.fail("DOCKER_HOST is not set: source scripts/podman-service.sh (scripts/run-tests.sh does)")
+    # The timeout bounds every read, the log stream's too: a silent container fails the test.
+    c = docker.from_env(timeout=120)
+    try:
+        assert c.ping()
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
+    try:
+        client.images.get(PYTHON_BASE)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"{PYTHON_BASE} is missing: run scripts/build-images.sh (make images)")
     context = tmp_path_factory.mktemp("sidecar-context")
     (context / "toolkit").mkdir()
     for name in ("__init__.py", "names.py", "detect.py"):
         shutil.copy(REPO / "toolkit" / name, context / "toolkit" / name)
     shutil.copytree(REPO / "sidecar", context / "sidecar", ignore=shutil.ignore_patterns("__pycache__"))
-    podman("build", "--isolation", "chroot", "-q", "--build-arg", f"BASE={PYTHON_BASE}", "-t", IMAGE,
-           "-f", str(REPO / "images/sidecar.Containerfile"), str(context))
+    shutil.copy(REPO / "images" / "sidecar.Containerfile", context / "Containerfile")
+    client.images.build(path=str(context), dockerfile="Containerfile", tag=IMAGE,
+                        buildargs={"BASE": PYTHON_BASE}, rm=True, network_mode="none")
     return IMAGE
 
 
-def test_image_is_non_root_and_small(image: str) -> None:
-    inspected = json.loads(podman("image", "inspect", image).stdout)[0]
-    assert inspected["Config"]["User"] == "65532:65532"
-    size_mb = inspected["Size"] / 1e6
+class Lines:
+    """A container's stderr as JSON lines, read from the followed log stream."""
+
+    def __init__(self, stream: Iterator[bytes]) -> None:
+        self._stream = stream
+        self._buffer = b""
+        self.lines: list[dict[str, Any]] = []
+
+    def _next(self) -> dict[str, Any] | None:
+        while b"\n" not in self._buffer:
+            chunk = next(self._stream, None)
+            if chunk is None:
+                return None
+            self._buffer += chunk
+        raw, self._buffer = self._buffer.split(b"\n", 1)
+        line: dict[str, Any] = json.loads(raw)
+        self.lines.append(line)
+        return line
+
+    def wait_for(self, msg: str, *, count: int, timeout: float) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while sum(1 for line in self.lines if line["msg"] == msg) < count:
+            assert time.monotonic() < deadline, f"no {count} x {msg!r} in {self.lines}"
+            assert self._next() is not None, f"the container ended before {count} x {msg!r}: {self.lines}"
+        return [line for line in self.lines if line["msg"] == msg]
+
+    def drain(self) -> None:
+        while self._next() is not None:
+            pass
+
+
+def test_image_is_non_root_and_small(client: docker.DockerClient, image: str) -> None:
+    attrs = client.images.get(image).attrs
+    assert attrs["Config"]["User"] == "65532:65532"
+    size_mb = attrs["Size"] / 1e6
     print(f"sidecar image: {size_mb:.1f} MB")
     assert size_mb < 200
 
 
 def test_runs_read_only_against_the_apiserver_and_stops_on_sigterm(
-        image: str, setup: cluster.Setup, control_plane: harness.ControlPlane | harness.ExistingCluster,
-        tmp_path: pathlib.Path) -> None:
+        client: docker.DockerClient, image: str, setup: cluster.Setup,
+        control_plane: harness.ControlPlane | harness.ExistingCluster, tmp_path: pathlib.Path) -> None:
     name = f"tj-{uuid.uuid4().hex[:6]}"
     setup.custom.create_namespaced_custom_object(*cluster.TRAINER, setup.namespace, "trainjobs", cluster.trainjob(
         name, annotations={names.FLOOR_ANNOTATION: "3", names.JOBSET_UID_ANNOTATION: cluster.RECORDED}))
@@ -77,26 +124,25 @@ def test_runs_read_only_against_the_apiserver_and_stops_on_sigterm(
         path.chmod(0o644)
     for directory in (tmp_path, podinfo, secrets):
         directory.chmod(0o755)
-    container = f"sidecar-{uuid.uuid4().hex[:8]}"
-    proc = subprocess.Popen(
-        ["podman", "run", "--rm", "--name", container, "--read-only", "--network", "host",
-         "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-         "-v", f"{podinfo}:/etc/dispatch/podinfo:ro", "-v", f"{secrets}:/secrets:ro",
-         "-e", f"DISPATCH_SIDECAR_API_SERVER={setup.env['DISPATCH_SIDECAR_API_SERVER']}",
-         "-e", "DISPATCH_SIDECAR_TOKEN_FILE=/secrets/token", "-e", "DISPATCH_SIDECAR_CA_FILE=/secrets/ca.crt",
-         "-e", "DISPATCH_SIDECAR_INTERVAL_SECONDS=0.2", image],
-        env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    sidecar = cluster.Sidecar.__new__(cluster.Sidecar)
-    sidecar.lines, sidecar.proc = [], proc
+    container = client.containers.run(
+        image, name=f"sidecar-{uuid.uuid4().hex[:8]}", detach=True, read_only=True, network_mode="host",
+        cap_drop=["ALL"], security_opt=["no-new-privileges"],
+        volumes={str(podinfo): {"bind": "/etc/dispatch/podinfo", "mode": "ro"},
+                 str(secrets): {"bind": "/secrets", "mode": "ro"}},
+        environment={"DISPATCH_SIDECAR_API_SERVER": setup.env["DISPATCH_SIDECAR_API_SERVER"],
+                     "DISPATCH_SIDECAR_TOKEN_FILE": "/secrets/token", "DISPATCH_SIDECAR_CA_FILE": "/secrets/ca.crt",
+                     "DISPATCH_SIDECAR_INTERVAL_SECONDS": "0.2"})
     try:
-        verdicts = sidecar.wait_for("verdict", count=2, timeout=60)
+        lines = Lines(container.logs(stream=True, follow=True, stdout=False, stderr=True))
+        verdicts = lines.wait_for("verdict", count=2, timeout=60)
         assert [v["verdict"] for v in verdicts] == ["violation", "violation"]
         assert [v["rules"] for v in verdicts] == [["below-floor"], ["below-floor"]]
-        podman("kill", "--signal", "TERM", container)
-        assert sidecar.finish(timeout=20) == 0
+        container.kill(signal="SIGTERM")
+        assert container.wait(timeout=20)["StatusCode"] == 0
+        lines.drain()
     finally:
-        subprocess.run(["podman", "rm", "-f", container], env=ENV, capture_output=True)
-        sidecar.kill()
-    assert sidecar.lines[-1]["msg"] == "stop"
+        container.remove(force=True)
+    assert lines.lines[-1]["msg"] == "stop"
+    assert lines.lines[-1]["reason"] == "SIGTERM"
     (event,) = setup.events(name)
     assert event.message.startswith("below-floor: pod ")
