@@ -1,0 +1,61 @@
+"""`toolkit open|hold|release|status` through the CLI against the real
+apiserver: the plain-mode life of a TrainJob as an operator drives it."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from tests.adapter import kit
+from toolkit import cli, kube, raising
+
+pytestmark = pytest.mark.cluster
+
+
+def test_open_open_again_hold_release_and_status_through_the_cli(control_plane, api_client, namespace):
+    admin = kube.from_api_client(api_client)
+    name = kit.create_trainjob(admin, namespace)["metadata"]["name"]
+    runner = CliRunner()
+    env = {"KUBECONFIG": control_plane.kubeconfig}
+
+    def toolkit(*args: str):
+        return runner.invoke(cli.root, [*args, "-n", namespace, name], env=env, prog_name="toolkit")
+
+    opened = toolkit("open")
+    assert (opened.exit_code, opened.stdout, opened.stderr) == (0, f"trainjob {namespace}/{name} running with A = 1\n", "")
+
+    again = toolkit("open")  # already running: refused in one line, nothing written
+    assert again.exit_code == 1 and again.stdout == ""
+    assert again.stderr == (
+        f"toolkit: TrainJob {name}: spec.suspend is false; A is only raised while the TrainJob is suspended\n"
+    )
+    assert raising.counts(admin.get(kube.TRAINJOB, name=name, namespace=namespace)) == raising.Counts(patch=1, floor=1)
+
+    held = toolkit("hold")
+    assert (held.exit_code, held.stdout) == (0, f"trainjob {namespace}/{name} held\n")
+    assert admin.get(kube.TRAINJOB, name=name, namespace=namespace)["spec"]["suspend"] is True
+    held_again = toolkit("hold")
+    assert (held_again.exit_code, held_again.stdout) == (0, f"trainjob {namespace}/{name} was already suspended\n")
+
+    released = toolkit("release")
+    assert (released.exit_code, released.stdout) == (0, f"trainjob {namespace}/{name} running with A = 2\n")
+    tj = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
+    assert tj["spec"]["suspend"] is False
+    assert raising.counts(tj) == raising.Counts(patch=2, floor=2)
+
+    status = toolkit("status")
+    assert (status.exit_code, status.stderr) == (0, "")
+    # G 1, N 2 (kit's prefix 1000002), R = A + J = 2 + 0
+    assert status.stdout.splitlines() == [
+        f"trainjob               {namespace}/{name}",
+        "state                  running",
+        "admission (A)          2",
+        "floor                  2",
+        "restarts (J)           0",
+        "R (current execution)  2",
+        "epoch                  1000002000002",
+        "attempt                job-1.2.0.2.0",
+        "jobset uid (recorded)  -",
+        "jobset uid (seen)      -",
+        "foreign                no",
+    ]
