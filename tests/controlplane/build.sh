@@ -7,10 +7,13 @@
 # - The versions come from go.mod alone; the cache directory and the stamp name
 #   them, so a version bump builds into a fresh directory and never mixes.
 # - The stamp is written last: an interrupted build leaves no stamp and is
-#   redone; a stamp means all four binaries were built from this go.sum.
+#   redone; a stamp means every binary in the bin directory was built from this
+#   go.sum. A stamp for other versions clears the directory first.
 # - KUBEBUILDER_ASSETS (the envtest convention) wins per binary: a binary found
-#   there is not built. setup-envtest ships etcd and kube-apiserver only, so the
-#   controller manager and the scheduler are still built here.
+#   there is not built, and only the missing ones are. setup-envtest ships etcd
+#   and kube-apiserver only, so then just the controller manager and the
+#   scheduler are built here (the harness takes each binary from the assets
+#   first, then from this cache).
 #
 # Prints the bin directory on stdout as its last line; progress goes to stderr.
 # Env: DISPATCH_K8S_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/dispatch-k8s).
@@ -44,15 +47,22 @@ if [[ ${#missing[@]} -eq 0 ]]; then
   echo "$KUBEBUILDER_ASSETS"
   exit 0
 fi
-if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  rm -rf "$bin_dir"
+fi
+build=()
+for b in "${missing[@]}"; do
+  [[ -x $bin_dir/$b ]] || build+=("$b")
+done
+if [[ ${#build[@]} -eq 0 ]]; then
   echo "build.sh: cached: $bin_dir ($want)" >&2
   echo "$bin_dir"
   exit 0
 fi
 
-echo "build.sh: building $want into $bin_dir (takes a while on a small machine)" >&2
+echo "build.sh: building ${build[*]} ($want) into $bin_dir (takes a while on a small machine)" >&2
 start=$(date +%s)
-rm -rf "$bin_dir"
+rm -f "$stamp"
 mkdir -p "$bin_dir"
 export CGO_ENABLED=0
 # Fill the version fields kube's own build sets, so /version reports the release.
@@ -61,14 +71,19 @@ minor=${minor%%.*}
 vpkg=k8s.io/component-base/version
 ldflags="-s -w -X $vpkg.gitVersion=$k8s_version -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor"
 ldflags+=" -X $vpkg.gitTreeState=clean -X $vpkg.buildDate=1970-01-01T00:00:00Z"
-# The three kube commands in one invocation so they share one link-time graph walk.
-go build -trimpath -ldflags="$ldflags" -o "$bin_dir/" \
-  k8s.io/kubernetes/cmd/kube-apiserver \
-  k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler
+# The kube commands in one invocation so they share one link-time graph walk.
+kube=()
+for b in "${build[@]}"; do
+  [[ $b == etcd ]] || kube+=("k8s.io/kubernetes/cmd/$b")
+done
+if [[ ${#kube[@]} -gt 0 ]]; then
+  go build -trimpath -ldflags="$ldflags" -o "$bin_dir/" "${kube[@]}"
+fi
 # etcd's main package path ends in a major-version suffix, so name it explicitly.
-go build -trimpath -ldflags="-s -w" -o "$bin_dir/etcd" go.etcd.io/etcd/server/v3
-for b in "${binaries[@]}"; do
+if [[ " ${build[*]} " == *" etcd "* ]]; then
+  go build -trimpath -ldflags="-s -w" -o "$bin_dir/etcd" go.etcd.io/etcd/server/v3
+fi
+for b in "${build[@]}"; do
   [[ -x $bin_dir/$b ]] || { echo "build.sh: $b was not produced" >&2; exit 1; }
 done
 echo "$want" >"$stamp"
