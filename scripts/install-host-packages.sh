@@ -5,7 +5,7 @@ set -eu
 PACKAGES="
   dash bash busybox-static posh mksh yash ksh zsh
   bats-assert bats-support
-  strace time hyperfine
+  strace time hyperfine valgrind
   podman runc uidmap
   debootstrap musl-tools dpkg-dev build-essential
   git ca-certificates openssl curl
