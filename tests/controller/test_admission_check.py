@@ -26,6 +26,13 @@ def _state(admin, namespace, wl, check):
     return kit.check_entry(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
 
 
+def _refusals(ctl, namespace, wl):
+    """The controller's log lines saying it left this Workload's check Pending."""
+    where = f"{namespace}/{wl['metadata']['name']}"
+    return [line for line in list(ctl.lines)
+            if line.get("workload") == where and str(line.get("msg", "")).startswith("not raised, check left Pending")]
+
+
 def test_reserved_and_pending_is_raised_then_ready_and_every_readmission_raises_again(admin, namespace, start_controller):
     check = _check(admin)
     tj = kit.create_trainjob(admin, namespace)
@@ -57,12 +64,15 @@ def test_never_ready_without_the_raise(admin, namespace, start_controller):
     check = _check(admin)
     tj = kit.create_trainjob(admin, namespace, suspend=False)  # cannot be raised
     wl = kit.create_workload(admin, tj)
-    start_controller()
+    ctl = start_controller()
     kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
-    # the controller has looked (its informer is synced) and refused
-    import time
-
-    time.sleep(1.0)
+    # the controller saw the reserved Workload, could not raise, and said so
+    refusal = wait_until(lambda: _refusals(ctl, namespace, wl), what="the controller's refusal")[0]
+    assert refusal["level"] == "warning"
+    assert refusal["msg"] == (
+        f"not raised, check left Pending: TrainJob {tj['metadata']['name']}: "
+        "spec.suspend is false; A is only raised while the TrainJob is suspended"
+    )
     assert _state(admin, namespace, wl, check)["state"] == "Pending"
     assert raising.counts(admin.get(kube.TRAINJOB, name=tj["metadata"]["name"], namespace=namespace)).current == 0
     kit.set_suspend(admin, namespace, tj["metadata"]["name"], True)
@@ -85,6 +95,30 @@ def test_a_crash_after_the_raise_does_not_raise_twice(admin, namespace, start_co
     entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
     assert entry["message"] == "A raised to 1"
     assert raising.counts(admin.get(kube.TRAINJOB, name=name, namespace=namespace)).current == 1
+
+
+def test_a_crash_after_the_raise_then_a_changed_workload_raises_again(admin, namespace, start_controller):
+    """The first pass raised for Workload version X and died before Ready;
+    then Kueue evicted and reserved again (a new version). The marker no
+    longer matches, so the next pass raises again: R grows by two, never
+    repeats, and Ready names the new A."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    wl = kit.create_workload(admin, tj)
+    first = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    adapter.raise_admission(
+        admin, namespace=namespace, name=name, record=(adapter.RAISED_FOR_ANNOTATION, admission.marker(first))
+    )
+    kit.kueue_evict(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    second = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    assert admission.marker(second) != admission.marker(first)
+    start_controller()
+    entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+    assert entry["message"] == "A raised to 2"
+    after = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
+    assert raising.counts(after) == raising.Counts(patch=2, floor=2)
+    assert after["metadata"]["annotations"][adapter.RAISED_FOR_ANNOTATION] == admission.marker(second)
 
 
 def test_two_controllers_without_leader_election_still_raise_before_every_ready(admin, namespace, start_controller):
