@@ -216,13 +216,14 @@ def controller_cmd(
         "health_port": health_port,
         "health_host": health_host,
         "workers": workers,
+        "lease_duration": lease_duration,  # renew and retry follow it unless set (Settings.from_env)
     }
-    if lease_duration is not None:
-        # renew and retry follow the duration, in the client library's bounds
-        overrides["lease_duration"] = lease_duration
-        overrides["renew_deadline"] = max(2, lease_duration * 2 // 3)
-        overrides["retry_period"] = 1 if lease_duration < 6 else 2
-    settings = app.Settings.from_env(**overrides)
+    try:
+        settings = app.Settings.from_env(**overrides)
+    except app.SettingsError as exc:
+        from toolkit import cli
+
+        raise cli.BadInput(str(exc)) from None
     try:
         code = app.run(settings)
     except kube.ConfigError as exc:
