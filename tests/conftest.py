@@ -10,12 +10,17 @@ Interface (others import and rely on it; keep it stable):
 
 The plane starts lazily, on the first test that asks for it, so a run of pure
 unit tests never builds or starts anything. When a test that used the plane
-fails, the tail of every component's log is attached to its report.
+fails, the part of every component's log written during that test is copied
+into the test's temp dir (`tmp_path/control-plane-logs/`, made when the test
+has no tmp_path of its own), and the tail of every log is attached to its
+report. The session plane's own logs go with its workdir when it stops.
 """
 
 from __future__ import annotations
 
 import os
+import pathlib
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -25,6 +30,9 @@ import pytest
 from tests.controlplane import harness
 
 _planes: list[harness.ControlPlane | harness.ExistingCluster] = []
+# Each log file's size when the test's setup began: the test's part starts there.
+_log_offsets = pytest.StashKey[dict[pathlib.Path, int]]()
+LOGS_DIR_NAME = "control-plane-logs"
 
 
 @pytest.fixture(scope="session")
@@ -58,10 +66,61 @@ def namespace(control_plane: harness.ControlPlane | harness.ExistingCluster) -> 
             kubernetes.client.CoreV1Api(api).delete_namespace(name)
 
 
+def _log_files(plane: harness.ControlPlane | harness.ExistingCluster) -> list[pathlib.Path]:
+    return sorted(p for p in pathlib.Path(plane.log_dir).glob("*.log") if p.is_file())
+
+
+def _test_tmp_path(item: pytest.Item) -> pathlib.Path:
+    """The test's tmp_path; one made as pytest makes it when the test has none."""
+    funcargs = getattr(item, "funcargs", {})
+    if isinstance(funcargs.get("tmp_path"), pathlib.Path):
+        return pathlib.Path(funcargs["tmp_path"])
+    factory: pytest.TempPathFactory = item.config._tmp_path_factory  # what the tmp_path fixture uses
+    return factory.mktemp(re.sub(r"[\W]", "_", item.name)[:30], numbered=True)
+
+
+def _keep_logs(item: pytest.Item, plane: harness.ControlPlane | harness.ExistingCluster) -> pathlib.Path | None:
+    """Copy this test's part of each log into the test's temp dir; None when there are no logs."""
+    files = _log_files(plane)
+    if not files:
+        return None  # an ExistingCluster: no processes of ours
+    offsets = item.stash.get(_log_offsets, {})
+    dest = _test_tmp_path(item) / LOGS_DIR_NAME
+    dest.mkdir(parents=True, exist_ok=True)
+    for path in files:
+        start = offsets.get(path, 0)
+        with open(path, "rb") as source, open(dest / path.name, "wb") as copy:
+            copy.write(f"# {path} from byte {start}: what was written during this test\n".encode())
+            source.seek(start)
+            while chunk := source.read(1 << 20):
+                copy.write(chunk)
+    return dest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    offsets = {}
+    for plane in _planes:
+        for path in _log_files(plane):
+            try:
+                offsets[path] = path.stat().st_size
+            except OSError:
+                pass  # a plane being stopped: nothing of this test's to keep there
+    item.stash[_log_offsets] = offsets  # a plane started by this test's setup has none: from byte 0
+    return (yield)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
     report: pytest.TestReport = yield
     if report.failed and "control_plane" in getattr(item, "fixturenames", ()):
-        for plane in _planes:
-            report.sections.append((f"control plane logs ({report.when})", plane.logs(lines=60)))
+        used = getattr(item, "funcargs", {}).get("control_plane")
+        for plane in [used] if used is not None else list(_planes):
+            try:
+                kept = _keep_logs(item, plane)
+            except OSError as e:  # never let keeping the logs hide the failure itself
+                kept, note = None, f"(could not keep the logs: {e})\n"
+            else:
+                note = f"the logs of this test are kept in {kept}\n" if kept else ""
+            report.sections.append((f"control plane logs ({report.when})", note + plane.logs(lines=60)))
     return report
