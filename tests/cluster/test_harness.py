@@ -12,6 +12,7 @@ import sys
 import time
 
 import kubernetes.client
+import kubernetes.config
 import pytest
 
 from tests.controlplane import harness
@@ -89,3 +90,36 @@ def test_interrupted_harness_leaves_no_process_port_or_dir(
     assert [name for name, pid in state["pids"].items() if alive(pid)] == []
     assert not port_listening(state["server"]) and not port_listening(state["etcd"])
     assert not pathlib.Path(state["workdir"]).exists()
+
+
+def test_an_existing_cluster_over_the_planes_own_kubeconfig_answers(
+        control_plane: harness.ControlPlane | harness.ExistingCluster, namespace: str) -> None:
+    """The TEST_KUBECONFIG code path, on a cluster at hand: the plane's own
+    kubeconfig, taken as someone else's cluster. It answers, keeps the CRDs it
+    finds as they are, mints a working service-account kubeconfig, and
+    refuses process control."""
+    crd = "trainjobs.trainer.kubeflow.org"
+    with control_plane.api_client() as api:
+        crds = kubernetes.client.ApiextensionsV1Api(api)
+        before = crds.read_custom_resource_definition(crd).metadata.resource_version
+    existing = harness.ExistingCluster(control_plane.kubeconfig)
+    workdir = existing.workdir
+    try:
+        assert existing.start() is existing  # creates only missing CRDs, waits for Established
+        assert (existing.server, existing.ca_file) == (control_plane.server, control_plane.ca_file)
+        with existing.api_client() as api:
+            assert kubernetes.client.VersionApi(api).get_code().git_version.startswith("v1.")
+            crds = kubernetes.client.ApiextensionsV1Api(api)
+            assert crds.read_custom_resource_definition(crd).metadata.resource_version == before
+        minted = existing.mint_kubeconfig(namespace=namespace, service_account="probe")
+        assert pathlib.Path(minted).is_relative_to(workdir)
+        with kubernetes.config.new_client_from_config(config_file=minted) as api:
+            review = kubernetes.client.AuthenticationV1Api(api).create_self_subject_review(
+                {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+        assert review.status.user_info.username == f"system:serviceaccount:{namespace}:probe"
+        with pytest.raises(harness.HarnessError, match="does not run"):
+            existing.stop_apiserver()
+        assert existing.logs().startswith(f"(existing cluster {control_plane.server}")
+    finally:
+        existing.stop()
+    assert not workdir.exists()
