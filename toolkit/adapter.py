@@ -149,9 +149,38 @@ def open_(client: kube.Client, *, namespace: str, name: str) -> Raised:
     return raise_admission(client, namespace=namespace, name=name, unsuspend=True)
 
 
+def live_pods(client: kube.Client, *, namespace: str, name: str) -> list[str]:
+    """The TrainJob's pods that still run: not finished and not terminating
+    (the pods the controller's detector judges), sorted by name."""
+    pods, _ = client.list(kube.POD, namespace=namespace, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")
+    return sorted(
+        str(p["metadata"]["name"])
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    )
+
+
 def release(client: kube.Client, *, namespace: str, name: str) -> Raised:
-    """Plain mode: the same as open; a held TrainJob resumes with A raised."""
-    return raise_admission(client, namespace=namespace, name=name, unsuspend=True)
+    """Plain mode: a held TrainJob resumes with A raised, as open does; but
+    not while pods of the held execution still run. Right after a hold,
+    Trainer, JobSet and the Job controller have not yet stopped them; a
+    raise then would leave them running below the new floor, where the
+    detector (and their sidecars) would flag the TrainJob foreign for
+    nothing. Terminating pods do not count: nothing judges them."""
+    try:
+        trainjob = client.get(kube.TRAINJOB, name=name, namespace=namespace)
+    except kube.NotFound:
+        raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
+    if raising.is_suspended(trainjob):
+        live = live_pods(client, namespace=namespace, name=name)
+        if live:
+            more = f" and {len(live) - 1} more" if len(live) > 1 else ""
+            raise AdapterError(
+                f"TrainJob {namespace}/{name}: pod {live[0]}{more} of the held execution still running; "
+                "release once the hold has stopped them (they would run below the raised floor)"
+            )
+    return raise_admission(client, namespace=namespace, name=name, unsuspend=True, first=trainjob)
 
 
 def hold(client: kube.Client, *, namespace: str, name: str) -> bool:

@@ -104,7 +104,8 @@ open_cmd = _raise_command(
     "\n\n\b\nExample:\n  toolkit open llama-ft-7 -n training"
 )
 release_cmd = _raise_command(
-    "release", adapter.release, "Plain mode: resume a held TRAINJOB, raising A in the update that unsuspends."
+    "release", adapter.release, "Plain mode: resume a held TRAINJOB, raising A in the update that unsuspends;"
+    " refused while pods of the held execution still run (they would be left below the raised floor)."
     "\n\n\b\nExample:\n  toolkit release llama-ft-7 -n training"
 )
 

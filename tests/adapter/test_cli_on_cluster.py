@@ -59,3 +59,43 @@ def test_open_open_again_hold_release_and_status_through_the_cli(control_plane, 
         "jobset uid (seen)      -",
         "foreign                no",
     ]
+
+
+def test_release_waits_for_the_held_execution_s_pods_to_stop(control_plane, api_client, namespace):
+    """Right after a hold the old pods still run; a raise then would leave
+    them below the new floor, to be flagged foreign for nothing. Release is
+    refused until they are finished or terminating (docs/adapter.md)."""
+    admin = kube.from_api_client(api_client)
+    name = kit.create_trainjob(admin, namespace)["metadata"]["name"]
+    runner = CliRunner()
+    env = {"KUBECONFIG": control_plane.kubeconfig}
+
+    def toolkit(*args: str):
+        return runner.invoke(cli.root, [*args, "-n", namespace, name], env=env, prog_name="toolkit")
+
+    assert toolkit("open").exit_code == 0
+    pods = [kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1") for _ in range(2)]
+    pod_names = sorted(p["metadata"]["name"] for p in pods)
+    assert toolkit("hold").exit_code == 0
+
+    refused = toolkit("release")
+    assert (refused.exit_code, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"toolkit: TrainJob {namespace}/{name}: pod {pod_names[0]} and 1 more of the held execution still running; "
+        "release once the hold has stopped them (they would run below the raised floor)\n"
+    )
+    tj = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
+    assert tj["spec"]["suspend"] is True and raising.counts(tj) == raising.Counts(patch=1, floor=1)
+
+    # One pod finished, the other terminating (held by a finalizer, as a
+    # kubelet's grace period would): nothing judges them, release goes on.
+    admin.merge_patch(kube.POD, {"status": {"phase": "Failed"}}, name=pod_names[0], namespace=namespace,
+                      subresource="status")
+    admin.merge_patch(kube.POD, {"metadata": {"finalizers": ["dispatch.phpboyscout.uk/test"]}},
+                      name=pod_names[1], namespace=namespace)
+    admin.delete(kube.POD, name=pod_names[1], namespace=namespace)
+    try:
+        released = toolkit("release")
+        assert (released.exit_code, released.stdout) == (0, f"trainjob {namespace}/{name} running with A = 2\n")
+    finally:
+        admin.merge_patch(kube.POD, {"metadata": {"finalizers": None}}, name=pod_names[1], namespace=namespace)
