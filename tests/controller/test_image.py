@@ -5,16 +5,13 @@ whole import graph, and, started the way the shipped Deployment starts it
 reaches the controller and refuses a missing cluster config in one line.
 Its behaviour against a cluster is proven by the process tests here.
 
-Built and run through the Docker Engine API (the docker SDK against
-podman's Docker-compatible service, DESIGN.md §10); scripts/run-tests.sh
-sources scripts/podman-service.sh, which sets DOCKER_HOST.
+Built and run through the Docker Engine API (tests/containers.py: the
+docker SDK against podman's Docker-compatible service, DESIGN.md §10).
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,8 +22,9 @@ import docker.errors
 import pytest
 import yaml
 
+from tests import containers
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
-PYTHON_BASE = "localhost/dispatch-base/python:3.11-bookworm"
 IMAGE = "localhost/dispatch/controller:test"
 MANIFESTS = REPO / "deployments" / "k8s" / "base" / "controller"
 
@@ -35,29 +33,17 @@ pytestmark = pytest.mark.images
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[docker.DockerClient]:
-    if not os.environ.get("DOCKER_HOST"):
-        pytest.fail("DOCKER_HOST is not set: source scripts/podman-service.sh (scripts/run-tests.sh does)")
-    c = docker.from_env(timeout=600)
-    try:
-        assert c.ping()
+    with containers.client() as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")
 def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    try:
-        client.images.get(PYTHON_BASE)  # made by scripts/build-images.sh (make images)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"{PYTHON_BASE} is missing: run scripts/build-images.sh (make images)")
     context = tmp_path_factory.mktemp("controller-context")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(context / "wheels"), str(REPO)],
                    check=True, capture_output=True, timeout=600)
-    shutil.copy(REPO / "images" / "controller.Containerfile", context / "Containerfile")
-    client.images.build(path=str(context), dockerfile="Containerfile", tag=IMAGE,
-                        buildargs={"BASE": PYTHON_BASE}, rm=True, network_mode="none")
-    return IMAGE
+    return containers.build_on_python_base(client, context=context, tag=IMAGE,
+                                           containerfile=REPO / "images" / "controller.Containerfile")
 
 
 def shipped_container() -> tuple[dict[str, Any], dict[str, Any]]:
