@@ -25,6 +25,7 @@ from __future__ import annotations
 import http.server
 import json
 import secrets
+import sys
 import threading
 import time
 import urllib.parse
@@ -44,6 +45,13 @@ class Server(http.server.ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.requests = 0
         self.hits = {"next": 0, "status": 0}
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away mid-request (a SIGKILLed dispatcher) is routine: one line, no traceback.
+        error = sys.exc_info()[1]
+        if not isinstance(error, (ConnectionError, TimeoutError)):
+            print(f"refbackend: request from {client_address[0]} failed: {type(error).__name__}: {error}",
+                  file=sys.stderr)
 
 
 def check_fault(body: Any) -> str | None:

@@ -311,28 +311,35 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
         state: dict[str, bool] = {}
         peak = [0]
         stop = threading.Event()
+        pause, paused = threading.Event(), threading.Event()
 
         def observe() -> None:
-            # Every Job ever created, by uid; the peak of unfinished ones.
+            # Every Job ever created, by uid; the peak of unfinished ones. Short watches, each resumed
+            # from the last resourceVersion, so the thread ends soon after `stop`.
+            resource_version = ""
             with cluster.control_plane_client(api_client) as api:
-                w = kubernetes.watch.Watch()
-                for event in w.stream(kubernetes.client.BatchV1Api(api).list_namespaced_job, namespace,
-                                      timeout_seconds=300):
-                    job = event["object"]
-                    uids[job.metadata.name].add(job.metadata.uid)
-                    if event["type"] == "DELETED":
-                        state.pop(job.metadata.name, None)
-                    else:
-                        state[job.metadata.name] = cluster.unfinished(job)
-                    peak[0] = max(peak[0], sum(state.values()))
-                    if stop.is_set():
-                        w.stop()
+                while not stop.is_set():
+                    for event in kubernetes.watch.Watch().stream(
+                            kubernetes.client.BatchV1Api(api).list_namespaced_job, namespace, timeout_seconds=2,
+                            resource_version=resource_version):
+                        job = event["object"]
+                        resource_version = job.metadata.resource_version
+                        uids[job.metadata.name].add(job.metadata.uid)
+                        if event["type"] == "DELETED":
+                            state.pop(job.metadata.name, None)
+                        else:
+                            state[job.metadata.name] = cluster.unfinished(job)
+                        peak[0] = max(peak[0], sum(state.values()))
 
         def kubelet_and_driver() -> None:
             # Plays each driver: says "succeeded" with its token, then its pod ends.
             done: set[str] = set()
             core = kubernetes.client.CoreV1Api(api_client)
             while not stop.is_set():
+                if pause.is_set():
+                    paused.set()  # between passes: no pod is half-finished
+                    time.sleep(0.05)
+                    continue
                 for pod in core.list_namespaced_pod(namespace).items:
                     name = pod.metadata.labels.get("batch.kubernetes.io/job-name")
                     if not name or pod.metadata.name in done or rng.random() < 0.5:
@@ -347,7 +354,7 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                     done.add(pod.metadata.name)
                 time.sleep(0.1)
 
-        threads = [threading.Thread(target=observe, daemon=True), threading.Thread(target=kubelet_and_driver)]
+        threads = [threading.Thread(target=observe), threading.Thread(target=kubelet_and_driver)]
         for t in threads:
             t.start()
         d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
@@ -360,14 +367,21 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
             d.start()
             cluster.wait(lambda: all(r["state"] == "succeeded" for r in backend.runs()), timeout=90,
                          what="every run to end")
-            # No slot leaked: the last dispatcher still takes MAX_INFLIGHT new runs at once.
+            # No slot leaked: with nothing finishing any more (the kubelet paused), the last dispatcher
+            # still takes MAX_INFLIGHT new runs, so all MAX_INFLIGHT slots were free at once.
+            pause.set()
+            assert paused.wait(timeout=30)
             extra = [backend.enqueue()["id"] for _ in range(max_inflight)]
             cluster.wait(lambda: all(f"tcab-run-{i}" in uids for i in extra), what="new runs after the kills")
+            assert all(state.get(f"tcab-run-{i}") for i in extra), "an extra run's Job finished: the proof is void"
+            assert sum(state.values()) == max_inflight
             assert d.terminate() == 0
         finally:
             stop.set()
-            threads[1].join()
+            for t in threads:
+                t.join(timeout=30)
             d.close()
+        assert not any(t.is_alive() for t in threads)
         assert {name: ids for name, ids in uids.items() if len(ids) > 1} == {}, "a run was dispatched twice"
         assert set(runs) <= {n.removeprefix("tcab-run-") for n in uids}
         assert peak[0] <= max_inflight

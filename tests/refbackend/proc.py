@@ -20,9 +20,11 @@ class Backend:
     def __init__(self, *, lease: float = 300.0) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="refbackend-")
         env = {**os.environ, "TCAB_BACKEND_SERVICE_TOKEN": SERVICE_TOKEN}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "refbackend", "--db", f"{self.dir.name}/runs.db", "--lease", str(lease)],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+        self.stderr_path = pathlib.Path(self.dir.name) / "stderr"
+        with self.stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "refbackend", "--db", f"{self.dir.name}/runs.db", "--lease", str(lease)],
+                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
         if not line.startswith("listening on "):
@@ -43,7 +45,13 @@ class Backend:
             self.proc.wait(timeout=10)
         if self.proc.stdout:
             self.proc.stdout.close()
+        errors = self.stderr()
+        if errors:
+            print("refbackend stderr:\n" + errors[-4000:])  # shown by pytest when the test failed
         self.dir.cleanup()
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
     def call(self, method: str, path: str, body: Any = None, *, token: str | None = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None

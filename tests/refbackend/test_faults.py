@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 import urllib.request
 
@@ -50,3 +52,17 @@ def test_a_malformed_fault_is_400_and_changes_nothing(fault: object) -> None:
         assert code == 400 and body["error"]
         assert backend.faults() == {"faults": [], "hits": {"next": 0, "status": 0}}
         assert backend.proc.poll() is None
+
+
+def test_a_client_that_goes_away_mid_request_costs_no_traceback() -> None:
+    with proc.Backend() as backend:
+        host, port = backend.url.removeprefix("http://").split(":")
+        for request in (b"POST /jobs/next HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"a\"",
+                        b"GARBAGE\r\n\r\n", b"POST /jobs HTTP/1.1\r\nContent-Length: zz\r\n\r\n"):
+            with socket.create_connection((host, int(port)), timeout=10) as s:
+                s.sendall(request)
+                time.sleep(0.2)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a RST
+        time.sleep(0.5)
+        assert backend.call("POST", "/jobs/next")[0] == 204  # still serving
+        assert "Traceback" not in backend.stderr(), backend.stderr()
