@@ -51,6 +51,8 @@ cluster-down: venv
 bench: venv images controlplane
 	$(PY) bench/prologue
 	$(PY) bench/sidecar
+	$(PY) bench/dispatcher --runs 300 --inflight 100
+	bash bench/wrap
 
 clean:
 	rm -rf $(VENV) build *.egg-info
