@@ -42,7 +42,7 @@ class Server(http.server.ThreadingHTTPServer):
     """Fails the first `failures[method]` requests of each method with
     `status` and Retry-After, then answers as the apiserver would."""
 
-    daemon_threads = True
+    daemon_threads = False  # server_close() joins every connection's thread: none outlives the test
 
     def __init__(self, port: int, *, floor: str, failures: dict[str, int], status: int) -> None:
         super().__init__(("127.0.0.1", port), Handler)
