@@ -209,7 +209,7 @@ class Dispatcher:
         ns = self.config.namespace
         pause = backoff.Backoff(base=0.2, cap=5.0)
         deadline = time.monotonic() + CREATE_RETRY_SECONDS
-        state = "created"
+        state = "created" if not uid else "exists"  # a known Job (a claim offered again) is not dispatched again
         while True:
             try:
                 if not uid:

@@ -221,7 +221,11 @@ def test_claims_that_fail_or_time_out_back_off_and_every_run_is_still_dispatched
             assert "Timeout" in failures[3]["error"]
             delays = [f["retry_in"] for f in failures[:4]]
             assert delays == sorted(delays) and delays[0] < delays[3], "no backoff"
+            # Runs offered again after their lease (nothing says "running" here) are "already dispatched".
+            cluster.wait(lambda: sum(line["message"] == "dispatched" for line in d.lines()) >= 3, what="3 dispatched")
+            cluster.wait(lambda: any(line["message"] == "already dispatched" for line in d.lines()), what="a re-offer")
             assert sum(line["message"] == "dispatched" for line in d.lines()) == 3
+            assert len(cluster.jobs(api_client, namespace)) == 3
             assert d.terminate() == 0
         finally:
             d.close()
