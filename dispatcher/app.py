@@ -334,7 +334,10 @@ class Dispatcher:
         abandoned = not done and table is self.reports and pending.attempts >= MAX_REPORT_ATTEMPTS
         if abandoned:
             log.error("death report abandoned: the backend never took it",
-                      extra=logs.fields(job=pending.name, job_id=pending.job_id, attempts=pending.attempts))
+                      extra=logs.fields(job=pending.name, job_id=pending.job_id, attempts=pending.attempts,
+                                        kind=pending.kind))
+            if pending.kind == "stuck" and not pending.job_deleted:
+                self.ledger.unexpire(pending.name)  # the next start check tries the delete again
         if done or abandoned:
             table.pop(pending.name, None)
             if pending.name not in self.reports and self.ledger.get(pending.name) is None:

@@ -129,6 +129,12 @@ class Ledger:
         entry.expired = True
         return True
 
+    def unexpire(self, name: str) -> None:
+        """The expiry could not be carried out (its delete never went through): judge the Job again."""
+        entry = self._entries.get(name)
+        if entry is not None:
+            entry.expired = False
+
     def observe(self, event_type: str, job: Obj, *, now: float) -> list[Change]:
         """Apply one watch event (ADDED, MODIFIED, DELETED)."""
         meta = job.get("metadata") or {}
