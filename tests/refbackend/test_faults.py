@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+import urllib.error
 import urllib.request
 
 import pytest
