@@ -4,7 +4,11 @@ every execution of their containers (tests/e2e/execute.py).
 
 The identity rule every scenario ends with (`check_identities`): across the
 executions of one TrainJob the epochs strictly increase and the attempt
-tokens are distinct.
+tokens are distinct, except where a foreign flag was raised first. Each
+execution records the TrainJob's foreign flag as it stood just before the
+container ran (`flag_at_run`), so a scenario that resets an identity on
+purpose can show which executions the rule covers and that the flag came
+first.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class Scenario:
         self.name = ""
         self.job_id = JOB_ID
         self.executions: list[execute.Execution] = []
+        self.flag_at_run: list[str | None] = []  # the foreign annotation just before each execution
         self.seen_pods: set[str] = set()
         # The sidecar's ServiceAccount (deployments/k8s/base/sidecar grants it its rights).
         if service_account:
@@ -136,12 +141,14 @@ class Scenario:
         assert names.RESTART_LABEL in (meta.get("labels") or {}), meta
         init = [c["name"] for c in pod["spec"].get("initContainers") or []]
         assert names.SIDECAR_CONTAINER in init, init
+        flag = self.foreign()
         result = execute.run(pod, container_name="node")
         assert result.epoch is not None and result.attempt is not None, (result.stdout, result.stderr)
         a, j = meta["annotations"][names.ADMISSION_ANNOTATION], meta["labels"][names.RESTART_LABEL]
         assert result.attempt == f"{self.job_id}.{SUBMISSION}.{ATTEMPT}.{a}.{j}"
         assert int(result.epoch) == GENERATION * 10**12 + SUBMISSION * 10**6 + int(a) + int(j)
         self.executions.append(result)
+        self.flag_at_run.append(flag)
         return result
 
     def end(self, pod: dict[str, Any], exit_code: int) -> None:
@@ -151,16 +158,45 @@ class Scenario:
     def trainjob(self) -> dict[str, Any]:
         return self.client.get(kube.TRAINJOB, name=self.name, namespace=self.namespace)
 
+    def foreign(self) -> str | None:
+        """The TrainJob's foreign flag (the causes, one a line), or None."""
+        return (self.trainjob()["metadata"].get("annotations") or {}).get(names.FOREIGN_ANNOTATION)
+
+    def workload(self) -> dict[str, Any]:
+        """The one Kueue Workload this TrainJob owns."""
+        listed = self.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", self.namespace, "workloads")
+        owned = [w for w in listed["items"] if any(
+            ref.get("kind") == "TrainJob" and ref.get("name") == self.name
+            for ref in w["metadata"].get("ownerReferences") or [])]
+        assert len(owned) == 1, [w["metadata"]["name"] for w in owned]
+        return dict(owned[0])
+
     def jobset(self) -> dict[str, Any] | None:
         try:
             return self.client.get(kube.JOBSET, name=self.name, namespace=self.namespace)
         except kube.NotFound:
             return None
 
-    def check_identities(self) -> None:
-        epochs = [int(e.epoch or 0) for e in self.executions]
-        assert epochs == sorted(set(epochs)), f"epochs not strictly increasing: {epochs}"
-        tokens = [e.attempt for e in self.executions]
-        assert len(set(tokens)) == len(tokens), f"attempt tokens repeat: {tokens}"
+    def check_identities(self, *, resets: list[execute.Execution] | None = None) -> None:
+        """The identity rule over this scenario's executions (`identity_rule`)."""
+        identity_rule(self.executions, self.flag_at_run, resets=resets or [])
 
 
+def identity_rule(executions: list[execute.Execution], flags: list[str | None], *,
+                  resets: list[execute.Execution]) -> None:
+    """Each execution's epoch is above every earlier one's and its token is
+    new (so across the executions before the foreign flag the epochs strictly
+    increase and the tokens are distinct), unless the flag (`flags`, as it
+    stood just before each ran) was already raised when it ran. `resets` are
+    executions a scenario made repeat an identity on purpose before the flag
+    could be raised (the detection races the pods); the scenario asserts their
+    flag itself."""
+    assert len(flags) == len(executions)
+    exempt = {id(e) for e in resets}
+    for i, (e, flag) in enumerate(zip(executions, flags)):
+        repeats = [x for x in executions[:i] if int(x.epoch or 0) >= int(e.epoch or 0) or x.attempt == e.attempt]
+        if repeats and not flag and id(e) not in exempt:
+            raise AssertionError(
+                f"execution {i} ({e.pod}: epoch {e.epoch}, token {e.attempt}) does not follow "
+                f"{[(x.pod, x.epoch, x.attempt) for x in repeats]}, and no foreign flag was raised before it ran; "
+                f"all: {[(x.epoch, x.attempt) for x in executions]}")

@@ -8,6 +8,12 @@ the test runs the sidecar process itself, with the pod's own metadata as
 its Downward API files and a token of the shipped sidecar Role), whose
 Event the controller turns into the foreign flag. Plain mode, with our
 controller running.
+
+Every pod is executed, the rebuilt JobSet's and the below-floor ones too:
+they repeat the first execution's identity, which is what the flag is for.
+The identity rule holds before the flag; the below-floor repeat ran with the
+flag already raised; the rebuilt JobSet's repeat races its own detection, so
+the test shows it repeats and that the flag follows.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
     old_uid = scenario.wait("the JobSet UID to be recorded", lambda: (
         scenario.trainjob()["metadata"].get("annotations") or {}).get(names.JOBSET_UID_ANNOTATION))
     assert old_uid == (scenario.jobset() or {})["metadata"]["uid"]
+    before = list(scenario.executions)
+    assert not any(scenario.flag_at_run)
     scenario.check_identities()  # everything before the flag
 
     kubernetes.client.CustomObjectsApi(scenario.api).delete_namespaced_custom_object(
@@ -67,11 +75,17 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
     new = scenario.wait("Trainer to build a new JobSet", lambda: (
         (js := scenario.jobset()) and js["metadata"]["uid"] != old_uid and js))
     assert int((new.get("status") or {}).get("restarts") or 0) == 0
+    # The rebuilt JobSet's pods run as soon as they are Running, as a kubelet
+    # would run them, whether or not the controller has flagged the TrainJob
+    # yet: nothing prevents a reset, it is detected.
+    rebuilt = [scenario.run(pod) for pod in scenario.new_running_pods()]
     cause = f"JobSet UID {new['metadata']['uid']} is not the recorded {old_uid}: J may have been reset"
-    scenario.wait("the foreign flag", lambda: cause in (
-        (scenario.trainjob()["metadata"].get("annotations") or {}).get(names.FOREIGN_ANNOTATION) or "").split("\n"))
+    scenario.wait("the foreign flag", lambda: cause in (scenario.foreign() or "").split("\n"))
     status = adapter.status(scenario.client, namespace=scenario.namespace, name=scenario.name)
     assert status.foreign and cause in (status.foreign_cause or "")
+    # The reset the flag exists for: with J back at 0 and A unchanged, the
+    # rebuilt JobSet's execution repeats the first one's identity exactly.
+    assert [(e.epoch, e.attempt) for e in rebuilt] == [(e.epoch, e.attempt) for e in before]
 
     # Our patch rewritten lower while held: the next raise still goes above the floor.
     adapter.hold(scenario.client, namespace=scenario.namespace, name=scenario.name)
@@ -95,10 +109,18 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
                                       compute=unsuspend)
     below = scenario.new_running_pods()
     assert all(p["metadata"]["annotations"][names.ADMISSION_ANNOTATION] == "1" for p in below)
+    # Run too: R = 1 + 0 repeats the first execution again, and this time the
+    # flag (from the JobSet reset) was raised before it ran.
+    for pod in below:
+        result = scenario.run(pod)
+        assert (result.epoch, result.attempt) == (before[0].epoch, before[0].attempt)
+        assert cause in (scenario.flag_at_run[-1] or "").split("\n")
     for pod in below:
         text = f"pod {pod['metadata']['name']} has admission 1, below the floor 2: A may have been lowered"
-        scenario.wait("the below-floor report", lambda text=text: text in (
-            (scenario.trainjob()["metadata"].get("annotations") or {}).get(names.FOREIGN_ANNOTATION) or ""))
+        scenario.wait("the below-floor report", lambda text=text: text in (scenario.foreign() or ""))
+    # Before the flag, strictly increasing and distinct; every repeat after it
+    # ran flagged, except the rebuilt JobSet's, whose flag is asserted above.
+    scenario.check_identities(resets=rebuilt)
 
     # The real sidecar of one below-floor pod reports it; the controller turns
     # its Event into the flag (the cause carries the sidecar's own wording).
@@ -107,8 +129,7 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
     # Below the floor, and (the JobSet was recreated above) not the recorded JobSet.
     assert (seen["verdict"], set(seen["rules"])) == ("violation", {"below-floor", "jobset-uid"}), seen
     mark = f"[seen by the sidecar of pod={pod['metadata']['name']}"
-    scenario.wait("the sidecar's report to become the flag", lambda: mark in (
-        (scenario.trainjob()["metadata"].get("annotations") or {}).get(names.FOREIGN_ANNOTATION) or ""))
+    scenario.wait("the sidecar's report to become the flag", lambda: mark in (scenario.foreign() or ""))
 
 
 def _run_sidecar(scenario: Scenario, pod: dict, *, tmp: pathlib.Path) -> dict:
