@@ -11,13 +11,14 @@ is a failure, never a skip.
 
 from __future__ import annotations
 
-import os
 import pathlib
 from collections.abc import Iterator
 
 import docker
 import docker.errors
 import pytest
+
+from tests import containers
 
 pytestmark = pytest.mark.images
 
@@ -35,14 +36,8 @@ ENV = {
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[docker.DockerClient]:
-    if not os.environ.get("DOCKER_HOST"):
-        pytest.fail("DOCKER_HOST is not set: source scripts/podman-service.sh (scripts/run-tests.sh does)")
-    c = docker.from_env()
-    try:
-        assert c.ping()
+    with containers.client() as c:
         yield c
-    finally:
-        c.close()
 
 
 def entry(*command: str) -> list[str]:

@@ -13,7 +13,6 @@ reachable. The build context holds only what the Containerfile copies.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
 import time
@@ -22,9 +21,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import docker
-import docker.errors
 import pytest
 
+from tests import containers
 from tests.controlplane import harness
 from tests.sidecar import test_sidecar_cluster as cluster
 from toolkit import names
@@ -32,39 +31,26 @@ from toolkit import names
 pytestmark = [pytest.mark.images, pytest.mark.cluster]
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-PYTHON_BASE = "localhost/dispatch-base/python:3.11-bookworm"
 IMAGE = "localhost/dispatch/sidecar:test"
 setup = cluster.setup  # the fixture: the shipped RBAC and a dispatch-sidecar token
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[docker.DockerClient]:
-    if not os.environ.get("DOCKER_HOST"):
-        pytest.fail("DOCKER_HOST is not set: source scripts/podman-service.sh (scripts/run-tests.sh does)")
     # The timeout bounds every read, the log stream's too: a silent container fails the test.
-    c = docker.from_env(timeout=120)
-    try:
-        assert c.ping()
+    with containers.client(timeout=120) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture(scope="module")
 def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    try:
-        client.images.get(PYTHON_BASE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"{PYTHON_BASE} is missing: run scripts/build-images.sh (make images)")
     context = tmp_path_factory.mktemp("sidecar-context")
     (context / "toolkit").mkdir()
     for name in ("__init__.py", "names.py", "detect.py"):
         shutil.copy(REPO / "toolkit" / name, context / "toolkit" / name)
     shutil.copytree(REPO / "sidecar", context / "sidecar", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "images" / "sidecar.Containerfile", context / "Containerfile")
-    client.images.build(path=str(context), dockerfile="Containerfile", tag=IMAGE,
-                        buildargs={"BASE": PYTHON_BASE}, rm=True, network_mode="none")
-    return IMAGE
+    return containers.build_on_python_base(client, context=context, tag=IMAGE,
+                                           containerfile=REPO / "images" / "sidecar.Containerfile")
 
 
 class Lines:
