@@ -166,15 +166,19 @@ def kueue_reserve(client: kube.Client, *, namespace: str, name: str, check: str)
     return client.get(kube.WORKLOAD, name=name, namespace=namespace)
 
 
-def kueue_evict(client: kube.Client, *, namespace: str, name: str, check: str) -> None:
-    """As Kueue does on preemption: Evicted, quota released, checks back to Pending."""
+def kueue_evict(client: kube.Client, *, namespace: str, name: str, check: str, keep_quota: bool = False) -> None:
+    """As Kueue does on preemption: Evicted, quota released, checks back to
+    Pending. keep_quota: Kueue's first step, before the job is suspended,
+    when the quota is still reserved."""
 
     def compute(wl: Obj) -> tuple[Obj | None, None]:
         status = wl.setdefault("status", {})
         conds = [c for c in status.get("conditions") or [] if c["type"] not in ("QuotaReserved", "Evicted", "Admitted")]
-        conds += [_condition("QuotaReserved", False, "Pending"), _condition("Evicted", True, "Preempted")]
+        conds += [_condition("QuotaReserved", keep_quota, "QuotaReserved" if keep_quota else "Pending"),
+                  _condition("Evicted", True, "Preempted")]
         status["conditions"] = conds
-        status.pop("admission", None)
+        if not keep_quota:
+            status.pop("admission", None)
         status["admissionChecks"] = [{"name": check, "state": "Pending", "message": "evicted", "lastTransitionTime": now()}]
         return wl, None
 

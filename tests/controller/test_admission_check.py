@@ -60,6 +60,30 @@ def test_reserved_and_pending_is_raised_then_ready_and_every_readmission_raises_
     assert status == 200 and "dispatch_raises_total 3.0" in body
 
 
+def test_an_evicted_workload_that_still_holds_quota_is_not_approved(admin, namespace, start_controller):
+    """Kueue's eviction window: Evicted and the check Pending while the quota
+    is still reserved. No raise and no Ready there; the next reservation
+    raises exactly once."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    wl = kit.create_workload(admin, tj)
+    ctl = start_controller()
+    kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    wait_until(lambda: _state(admin, namespace, wl, check).get("state") == "Ready", what="Ready")
+    kit.kueue_evict(admin, namespace=namespace, name=wl["metadata"]["name"], check=check, keep_quota=True)
+    where = f"{namespace}/{wl['metadata']['name']}"
+    wait_until(lambda: [x for x in list(ctl.lines) if x.get("workload") == where
+                        and x.get("msg") == "evicted, check left Pending until quota is reserved again"],
+               what="the controller's eviction line")
+    assert _state(admin, namespace, wl, check)["state"] == "Pending"
+    assert raising.counts(admin.get(kube.TRAINJOB, name=name, namespace=namespace)).current == 1
+    kit.kueue_evict(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+    assert entry["message"] == "A raised to 2"
+
+
 def test_never_ready_without_the_raise(admin, namespace, start_controller):
     check = _check(admin)
     tj = kit.create_trainjob(admin, namespace, suspend=False)  # cannot be raised

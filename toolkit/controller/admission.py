@@ -26,6 +26,13 @@ the marker matches and step 1 writes nothing (no double raise) before step
 A is raised again: R grows by two instead of one, which is still monotonic.
 A 409 on step 2 is the same case. So R always increases across admissions.
 
+An evicted Workload is left alone until Kueue reserves quota for it again.
+Kueue sets Evicted and resets our check to Pending at once, but keeps the
+quota reserved until the job is suspended; approving in that window would
+spend the raise on an admission that is being taken back (the re-admission
+would then find the check already Ready). Kueue's next reservation sets
+Evicted back to false (SetQuotaReservation), so nothing waits forever.
+
 The check's Active condition is kept true on every AdmissionCheck whose
 spec.controllerName is ours; only those checks' states are touched.
 """
@@ -72,11 +79,16 @@ def check_state(workload: Obj, check: str) -> str | None:
 
 
 def pending_checks(workload: Obj, ours: set[str]) -> list[str]:
-    """Our checks that this Workload waits on now: QuotaReserved true and
-    the check Pending. Empty when there is nothing to do."""
-    if not condition_true(workload, "QuotaReserved"):
+    """Our checks that this Workload waits on now: QuotaReserved true, not
+    Evicted, and the check Pending. Empty when there is nothing to do."""
+    if not condition_true(workload, "QuotaReserved") or condition_true(workload, "Evicted"):
         return []
     return sorted(c for c in ours if check_state(workload, c) == "Pending")
+
+
+def in_eviction_window(workload: Obj) -> bool:
+    """Evicted while the quota is still reserved (see the module docstring)."""
+    return condition_true(workload, "QuotaReserved") and condition_true(workload, "Evicted")
 
 
 def marker(workload: Obj) -> str:

@@ -210,6 +210,10 @@ class Controller:
             meta = wl["metadata"]
             self._seen_reserved.setdefault(meta["uid"] + meta["resourceVersion"], time.monotonic())
             self.queue.add(("workload", meta["namespace"], meta["name"]), wl)
+        elif admission.in_eviction_window(wl):
+            meta = wl["metadata"]
+            log.info("evicted, check left Pending until quota is reserved again",
+                     extra={"workload": f"{meta['namespace']}/{meta['name']}"})
 
     def _on_jobset(self, kind: str, js: Obj) -> None:
         if kind != "DELETED" and detector.owner_trainjob(js):
