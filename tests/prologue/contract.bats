@@ -261,6 +261,27 @@ y' DISPATCH_EPOCH=stale DISPATCH_ATTEMPT=stale 'UTF=é١' $'BYTES=\xff\xfe\x01' 
   assert_equal "$got" "$want"
 }
 
+@test "${SHELL_NAME}: at the int64 edge (its own exec after the loop) the command sees the same environment" {
+  prologue DISPATCH_K8S_ADMISSION=775807 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=9223372036854 \
+    DISPATCH_K8S_TOKEN_PREFIX=t DISPATCH_K8S_WORKDIR=/ DISPATCH_K8S_EDGE=stale DISPATCH_K8S_R=stale KEEP=me \
+    -- /usr/bin/env >"$BATS_TEST_TMPDIR/env"
+  run grep -c '^DISPATCH_K8S_' "$BATS_TEST_TMPDIR/env"
+  assert_output 0
+  run sh -c 'grep -e "^DISPATCH_EPOCH=" -e "^DISPATCH_ATTEMPT=" -e "^KEEP=" "$1" | LC_ALL=C sort' x "$BATS_TEST_TMPDIR/env"
+  assert_output $'DISPATCH_ATTEMPT=t.775807.0\nDISPATCH_EPOCH=9223372036854775807\nKEEP=me'
+}
+
+@test "${SHELL_NAME}: a refused input never reaches the int64 edge's exec, whatever the prefix and DISPATCH_K8S_EDGE" {
+  for p in 1000002 9223372036853 9223372036854; do
+    refused DISPATCH_K8S_ADMISSION=01 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=$p DISPATCH_K8S_TOKEN_PREFIX=t \
+      DISPATCH_K8S_EDGE=1
+    assert_equal "$stderr" "dispatch: DISPATCH_K8S_ADMISSION is not 0 or a decimal of at most 6 digits without a leading zero"
+    refused DISPATCH_K8S_ADMISSION=1 DISPATCH_K8S_RESTART=0 DISPATCH_K8S_EPOCH_PREFIX=$p DISPATCH_K8S_TOKEN_PREFIX=$'t\001' \
+      DISPATCH_K8S_EDGE=fits
+    assert_equal "$stderr" "dispatch: DISPATCH_K8S_TOKEN_PREFIX holds a character that is not visible ASCII"
+  done
+}
+
 @test "${SHELL_NAME}: an unknown DISPATCH_K8S_* name reaches the command (listing the environment would fork; docs/prologue.md)" {
   run -0 --separate-stderr prologue "${OK_ENV[@]}" DISPATCH_K8S_OTHER=kept -- /usr/bin/printenv DISPATCH_K8S_OTHER
   assert_output "kept"
