@@ -12,7 +12,9 @@ from toolkit import cli, kube, raising
 pytestmark = pytest.mark.cluster
 
 
-def test_open_open_again_hold_release_and_status_through_the_cli(control_plane, api_client, namespace):
+def _suspended_trainjob(control_plane, api_client, namespace):
+    """An admin client, a fresh suspended TrainJob's name, and `toolkit ARGS`
+    run on it through click's CliRunner with the plane's kubeconfig."""
     admin = kube.from_api_client(api_client)
     name = kit.create_trainjob(admin, namespace)["metadata"]["name"]
     runner = CliRunner()
@@ -20,6 +22,12 @@ def test_open_open_again_hold_release_and_status_through_the_cli(control_plane, 
 
     def toolkit(*args: str):
         return runner.invoke(cli.root, [*args, "-n", namespace, name], env=env, prog_name="toolkit")
+
+    return admin, name, toolkit
+
+
+def test_open_open_again_hold_release_and_status_through_the_cli(control_plane, api_client, namespace):
+    admin, name, toolkit = _suspended_trainjob(control_plane, api_client, namespace)
 
     opened = toolkit("open")
     assert (opened.exit_code, opened.stdout, opened.stderr) == (0, f"trainjob {namespace}/{name} running with A = 1\n", "")
@@ -65,13 +73,7 @@ def test_release_waits_for_the_held_execution_s_pods_to_stop(control_plane, api_
     """Right after a hold the old pods still run; a raise then would leave
     them below the new floor, to be flagged foreign for nothing. Release is
     refused until they are finished or terminating (docs/adapter.md)."""
-    admin = kube.from_api_client(api_client)
-    name = kit.create_trainjob(admin, namespace)["metadata"]["name"]
-    runner = CliRunner()
-    env = {"KUBECONFIG": control_plane.kubeconfig}
-
-    def toolkit(*args: str):
-        return runner.invoke(cli.root, [*args, "-n", namespace, name], env=env, prog_name="toolkit")
+    admin, name, toolkit = _suspended_trainjob(control_plane, api_client, namespace)
 
     assert toolkit("open").exit_code == 0
     pods = [kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1") for _ in range(2)]

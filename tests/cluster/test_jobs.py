@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 import kubernetes.client
 import pytest
 
+from tests.controlplane import harness
+
 pytestmark = pytest.mark.cluster
 
 T = TypeVar("T")
@@ -45,14 +47,6 @@ def pods_of(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> lis
     return list(core.list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={name}").items)
 
 
-def gone(read: Callable[[], object]) -> bool:
-    try:
-        read()
-    except kubernetes.client.ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    return False
 
 
 def test_job_controller_creates_pods_and_garbage_collector_deletes_them(
@@ -95,5 +89,5 @@ def test_finished_job_with_ttl_is_deleted(api_client: kubernetes.client.ApiClien
 
     wait_for("the Job to complete", completed)
     wait_for("the finished Job deleted by the TTL controller",
-             lambda: gone(lambda: batch.read_namespaced_job("once", namespace)))
+             lambda: harness.gone(lambda: batch.read_namespaced_job("once", namespace)))
     wait_for("its pod deleted with it", lambda: not pods_of(core, namespace, "once"))

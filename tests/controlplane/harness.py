@@ -47,6 +47,7 @@ import time
 import types
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes.client
@@ -183,6 +184,17 @@ def trainer_manifest(relative: str) -> list[dict[str, Any]]:
     module, version, _ = TRAINER_MODULE
     text = (module_dir(module, version) / relative).read_text()
     return [d for d in yaml.safe_load_all(text) if d]
+
+
+def gone(read: Callable[[], object]) -> bool:
+    """True once READ (a get of one object) answers 404; other errors raise."""
+    try:
+        read()
+    except kubernetes.client.ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
 
 
 def create_namespace(api: kubernetes.client.ApiClient, name: str, *, labels: dict[str, str] | None = None,

@@ -17,6 +17,7 @@ from typing import Any
 import kubernetes.client
 import yaml
 
+from tests.controlplane import harness
 from tests.refbackend import proc
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -144,15 +145,7 @@ def hold_waiting(api: kubernetes.client.ApiClient, namespace: str, pod: str, *, 
     kubernetes.client.CoreV1Api(api).patch_namespaced_pod_status(pod, namespace, status)
 
 
-def gone(call: Callable[[], Any]) -> bool:
-    """True once `call` answers 404."""
-    try:
-        call()
-    except kubernetes.client.ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    return False
+gone = harness.gone  # tests here call cluster.gone
 
 
 def job_token(api: kubernetes.client.ApiClient, namespace: str, job_name: str) -> str:
