@@ -26,6 +26,12 @@ def _state(admin, namespace, wl, check):
     return kit.check_entry(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
 
 
+def _ready(admin, namespace, wl, check, **wait):
+    """Our check's entry once it is Ready."""
+    return wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e,
+                      what="Ready", **wait)
+
+
 def _refusals(ctl, namespace, wl):
     """The controller's log lines saying it left this Workload's check Pending."""
     where = f"{namespace}/{wl['metadata']['name']}"
@@ -47,7 +53,7 @@ def test_reserved_and_pending_is_raised_then_ready_and_every_readmission_raises_
 
     for expected in (1, 2, 3):
         kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
-        entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+        entry = _ready(admin, namespace, wl, check)
         assert entry["message"] == f"A raised to {expected}"
         tj_now = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
         assert raising.counts(tj_now) == raising.Counts(patch=expected, floor=expected)
@@ -70,7 +76,7 @@ def test_an_evicted_workload_that_still_holds_quota_is_not_approved(admin, names
     wl = kit.create_workload(admin, tj)
     ctl = start_controller()
     kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
-    wait_until(lambda: _state(admin, namespace, wl, check).get("state") == "Ready", what="Ready")
+    _ready(admin, namespace, wl, check)
     kit.kueue_evict(admin, namespace=namespace, name=wl["metadata"]["name"], check=check, keep_quota=True)
     where = f"{namespace}/{wl['metadata']['name']}"
     wait_until(lambda: [x for x in list(ctl.lines) if x.get("workload") == where
@@ -80,7 +86,7 @@ def test_an_evicted_workload_that_still_holds_quota_is_not_approved(admin, names
     assert raising.counts(admin.get(kube.TRAINJOB, name=name, namespace=namespace)).current == 1
     kit.kueue_evict(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
-    entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+    entry = _ready(admin, namespace, wl, check)
     assert entry["message"] == "A raised to 2"
 
 
@@ -100,7 +106,7 @@ def test_never_ready_without_the_raise(admin, namespace, start_controller):
     assert _state(admin, namespace, wl, check)["state"] == "Pending"
     assert raising.counts(admin.get(kube.TRAINJOB, name=tj["metadata"]["name"], namespace=namespace)).current == 0
     kit.set_suspend(admin, namespace, tj["metadata"]["name"], True)
-    entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, timeout=10, what="Ready")
+    entry = _ready(admin, namespace, wl, check, timeout=10)
     assert entry["message"] == "A raised to 1"
 
 
@@ -116,7 +122,7 @@ def test_a_crash_after_the_raise_does_not_raise_twice(admin, namespace, start_co
         admin, namespace=namespace, name=name, record=(adapter.RAISED_FOR_ANNOTATION, admission.marker(reserved))
     )
     start_controller()
-    entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+    entry = _ready(admin, namespace, wl, check)
     assert entry["message"] == "A raised to 1"
     assert raising.counts(admin.get(kube.TRAINJOB, name=name, namespace=namespace)).current == 1
 
@@ -138,7 +144,7 @@ def test_a_crash_after_the_raise_then_a_changed_workload_raises_again(admin, nam
     second = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     assert admission.marker(second) != admission.marker(first)
     start_controller()
-    entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+    entry = _ready(admin, namespace, wl, check)
     assert entry["message"] == "A raised to 2"
     after = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
     assert raising.counts(after) == raising.Counts(patch=2, floor=2)
@@ -158,7 +164,7 @@ def test_two_controllers_without_leader_election_still_raise_before_every_ready(
         for wl in workloads:
             kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
         for tj, wl in zip(jobs, workloads):
-            entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+            entry = _ready(admin, namespace, wl, check)
             a = raising.counts(admin.get(kube.TRAINJOB, name=tj["metadata"]["name"], namespace=namespace)).current
             approved = int(entry["message"].rsplit(" ", 1)[1])
             assert approved > last[tj["metadata"]["name"]] and a >= approved
@@ -179,5 +185,5 @@ def test_leader_election_lets_one_replica_act_and_the_standby_takes_over(admin, 
     tj = kit.create_trainjob(admin, namespace)
     wl = kit.create_workload(admin, tj)
     kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
-    entry = wait_until(lambda: (e := _state(admin, namespace, wl, check)).get("state") == "Ready" and e, what="Ready")
+    entry = _ready(admin, namespace, wl, check)
     assert entry["message"] == "A raised to 1"
