@@ -9,7 +9,8 @@
                                  └────────▶ reaper (sandbox pods: job-id AND managed-by)
    finished Jobs reap themselves: ttlSecondsAfterFinished
    a driver pod waiting to start past the start deadline (starts.stuck, checked on a tick over
-   the Pending driver pods): reporter ("stuck", the kubelet's reason), then delete its Job
+   the Pending driver pods once a Job is that old): reporter ("stuck", the kubelet's reason),
+   then delete its Job
 
 One thread owns the state (this loop); the watcher thread and the worker
 pool only put results on `self.inbox`. Every I/O step (create, report, reap)
@@ -40,6 +41,9 @@ MAX_REPORT_ATTEMPTS = 30
 # How often the Pending driver pods are checked against the start deadline: a quarter of it,
 # within these bounds (one filtered pod list per check).
 START_CHECK_MIN, START_CHECK_MAX = 0.5, 30.0
+# The pod list is skipped while every unfinished Job is younger than the deadline less this margin
+# (the Job's creationTimestamp is the apiserver's clock, compared with this host's).
+CLOCK_SKEW_MARGIN = 60.0
 
 
 @dataclasses.dataclass
@@ -278,12 +282,15 @@ class Dispatcher:
         now = time.monotonic()
         if self.start_check_busy or now < self.next_start_check or self.ledger.unfinished() == 0:
             return
+        if self.ledger.oldest_age(now=now, wall=time.time()) < self.config.driver_start_deadline - CLOCK_SKEW_MARGIN:
+            self.next_start_check = now + self.start_check_every  # no pod can be late yet: no list
+            return
         self.start_check_busy = True
         self._submit(self._stuck_pods, self._stuck_found)
 
     def _stuck_pods(self) -> list[tuple[str, starts.Stuck]]:
-        """(Job name, why) of each driver pod waiting to start past the deadline (one list call)."""
-        pods = self.kube.list_pods(self.config.namespace, selector=jobspec.selector(),
+        """(Job name, why) of each driver pod waiting to start past the deadline (a paginated list)."""
+        pods = self.kube.iter_pods(self.config.namespace, selector=jobspec.selector(),
                                    field_selector="status.phase=Pending")
         now = time.time()
         found = []

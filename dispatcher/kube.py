@@ -138,6 +138,19 @@ class Kube:
             kwargs["field_selector"] = field_selector
         return list(self._json(self.core.list_namespaced_pod, namespace, **kwargs).get("items") or [])
 
+    def iter_pods(self, namespace: str, *, selector: str, field_selector: str = "",
+                  page: int = 100) -> Iterator[Obj]:
+        """The pods of a list, fetched `page` at a time: a large list never sits in memory whole."""
+        kwargs: dict[str, Any] = {"label_selector": selector, "limit": page}
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        while True:
+            answer = self._json(self.core.list_namespaced_pod, namespace, **kwargs)
+            yield from answer.get("items") or []
+            kwargs["_continue"] = (answer.get("metadata") or {}).get("continue")
+            if not kwargs["_continue"]:
+                return
+
     def delete_pod(self, namespace: str, name: str) -> None:
         try:
             self._call(self.core.delete_namespaced_pod, name, namespace)

@@ -29,7 +29,7 @@ import enum
 from collections.abc import Iterable
 from typing import Any
 
-from dispatcher import jobspec
+from dispatcher import jobspec, starts
 
 Obj = dict[str, Any]
 
@@ -53,6 +53,7 @@ class Entry:
     uid: str = ""
     seen: bool = False  # observed through the watcher (list or watch)
     expired: bool = False  # past the start deadline: reported, and its delete sent
+    created: float | None = None  # the Job's creationTimestamp (seconds since the epoch), once seen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +85,21 @@ class Ledger:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def oldest_age(self, *, now: float, wall: float) -> float:
+        """Seconds the oldest unfinished, unexpired Job has existed (0.0 if none).
+
+        Its creationTimestamp against the wall clock `wall` once seen; before that, the time since
+        its reservation on the monotonic clock `now`. No driver pod can have waited longer than
+        its Job has existed, so the start check need not look while this is under the deadline.
+        """
+        oldest = 0.0
+        for entry in self._entries.values():
+            if entry.phase not in UNFINISHED or entry.expired:
+                continue
+            age = wall - entry.created if entry.created is not None else now - entry.since
+            oldest = max(oldest, age)
+        return oldest
 
     # -- writing ------------------------------------------------------------
 
@@ -151,6 +167,8 @@ class Ledger:
             self._entries[name] = entry
             self._unfinished += 1
         entry.seen = True
+        if entry.created is None:
+            entry.created = starts.timestamp(meta.get("creationTimestamp"))
         entry.uid = str(meta.get("uid") or entry.uid)
         entry.job_id = entry.job_id or job_id
         state = jobspec.finished(job)

@@ -7,7 +7,9 @@ forever: the Job never fails, nothing reports the run, and its in-flight
 slot never comes back. The main loop asks `stuck` about each Pending driver
 pod on a tick; past TCAB_DISPATCHER_DRIVER_START_DEADLINE it reports the
 run failed with the kubelet's waiting reason and message and deletes the
-Job.
+Job. The tick lists pods (a page at a time) only once some unfinished Job
+is older than the deadline less a clock-skew margin (`Ledger.oldest_age`):
+a pod cannot have waited longer than its Job has existed.
 
 Only a container the kubelet holds in `waiting` is judged: a pod that is not
 on a node yet (no container status) is waiting for capacity, which is the

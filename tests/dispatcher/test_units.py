@@ -218,6 +218,24 @@ def test_an_expired_job_keeps_its_slot_until_deleted_and_is_not_reported_again()
     assert book.sync([], list_started=6, now=7) == [] and book.free() == 1
 
 
+def test_the_oldest_age_counts_every_unfinished_job_from_its_creation_and_only_those() -> None:
+    # No driver pod can wait longer than its Job has existed: the start check skips its pod list
+    # while this age is under the deadline, so it must never under-count a Job that could be late.
+    book = ledger.Ledger(max_inflight=10)
+    assert book.oldest_age(now=100, wall=T0) == 0.0
+    book.reserve(name="unseen", job_id="unseen", now=100)  # created, not seen yet: age from the reservation
+    assert book.oldest_age(now=130, wall=T0) == 30.0
+    restarted = job("listed")  # found by the list after a restart: age from its creationTimestamp
+    restarted["metadata"]["creationTimestamp"] = "2030-01-01T00:00:00Z"  # type: ignore[index]
+    book.sync([restarted], list_started=130, now=131)
+    assert book.oldest_age(now=131, wall=T0 + 900) == 900.0
+    book.observe("MODIFIED", job("listed", state="Complete"), now=132)  # finished: no longer counted
+    assert book.oldest_age(now=132, wall=T0 + 900) == 32.0
+    book.created("unseen", uid="u", now=101)
+    assert book.expire("unseen")  # expired: reported already, not counted
+    assert book.oldest_age(now=140, wall=T0 + 900) == 0.0
+
+
 def test_a_stuck_driver_is_reported_with_the_waiting_reason_and_no_exit_code() -> None:
     pod = waiting_pod("ImagePullBackOff")
     body = reporter.describe(kind="stuck", job_name="j", job=None, pod=pod, events=[],
