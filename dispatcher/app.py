@@ -123,7 +123,10 @@ class Dispatcher:
     def _wait(self) -> float:
         now = time.monotonic()
         dues = [p.due for p in (*self.reports.values(), *self.reaps.values()) if not p.busy]
-        if self.synced and not self.stopping.is_set() and self.ledger.free() > 0:
+        # A claim is due only with a free slot AND a free worker (see _claim); counting it while every
+        # worker is busy would make this wait 0 and the loop spin until a worker comes back.
+        if (self.synced and not self.stopping.is_set() and self.ledger.free() > 0
+                and self.in_hand < self.config.workers):
             dues.append(self.next_claim)
         if self.synced and not self.start_check_busy and self.ledger.unfinished() > 0:
             dues.append(self.next_start_check)

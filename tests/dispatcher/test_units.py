@@ -5,10 +5,11 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
+import threading
 
 import pytest
 
-from dispatcher import backend, jobspec, ledger, names, reaper, reporter, settings, starts
+from dispatcher import app, backend, jobspec, ledger, names, reaper, reporter, settings, starts
 
 REQUIRED = {"TCAB_BACKEND_URL": "http://backend:8080", "TCAB_BACKEND_SERVICE_TOKEN": "s3cret",
             "TCAB_DISPATCHER_DRIVER_IMAGE": "driver:1"}
@@ -244,3 +245,21 @@ def test_a_stuck_driver_is_reported_with_the_waiting_reason_and_no_exit_code() -
     assert (error["reason"], error["exit_code"], error["start_deadline_seconds"]) == ("ImagePullBackOff", None, 600)
     assert error["message"] == "ImagePullBackOff: test-cabinet/driver:none"
     assert error["log_error"] == "no log could be read: the driver container never started"
+
+
+def test_the_loop_sleeps_while_every_worker_is_busy_instead_of_spinning() -> None:
+    # Regression: with a free slot and a claim due but no free worker, _claim does nothing, so the
+    # wait must not count that claim as due; it did, the wait was 0 and the loop spun (half the
+    # dispatcher's CPU per run in bench/dispatcher). The wait is computed from state alone.
+    config = settings.from_env({**REQUIRED, "TCAB_DISPATCHER_NAMESPACE": "runs", "TCAB_DISPATCHER_WORKERS": "2"})
+    d = app.Dispatcher(config, client=None, api=None)  # type: ignore[arg-type]  # never called here
+    try:
+        d.synced, d.next_claim = True, 0.0  # a claim is overdue
+        assert d._wait() == 0.0  # a worker is free: claim now
+        d.in_hand = config.workers
+        assert d._wait() == 1.0  # none is free: sleep until a worker's "done" (or the 1 s tick) wakes the loop
+        d.in_hand, d.stopping = 0, threading.Event()
+        d.stopping.set()
+        assert d._wait() == 1.0  # stopping: no more claims
+    finally:
+        d.pool.shutdown()
