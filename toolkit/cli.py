@@ -62,7 +62,7 @@ class CheckFailed(click.ClickException):
     exit_code = 1
 
 
-def _with_context(exc: click.ClickException) -> click.ClickException:
+def with_context(exc: click.ClickException) -> click.ClickException:
     # click's UsageError carries the context; ours get it here, so the one
     # line names the command (`toolkit render trainjob: ...`).
     exc.ctx = click.get_current_context(silent=True)  # type: ignore[attr-defined]
@@ -146,12 +146,12 @@ def main() -> None:
 
 def fail(message: str) -> NoReturn:
     """A check failed: exit 1 with one line."""
-    raise _with_context(CheckFailed(message))
+    raise with_context(CheckFailed(message))
 
 
 def bad_input(message: str) -> NoReturn:
     """Bad input: exit 2 with one line."""
-    raise _with_context(BadInput(message))
+    raise with_context(BadInput(message))
 
 
 def write_output(text: str, output: str | None) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from toolkit import adapter, kube
+from toolkit import adapter, cli, kube
 
 
 def _cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -36,6 +36,11 @@ def _namespace_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
+def _refusal(message: str) -> click.ClickException:
+    """Exit 1 with one line that names the command (`toolkit open: ...`)."""
+    return cli.with_context(click.ClickException(message))
+
+
 def _refusals(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn a refusal into one line and exit 1, never a traceback."""
 
@@ -44,9 +49,9 @@ def _refusals(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except adapter.AdapterError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise _refusal(str(exc)) from None
         except kube.ApiError as exc:
-            raise click.ClickException(f"the apiserver refused: {exc}") from None
+            raise _refusal(f"the apiserver refused: {exc}") from None
 
     return wrapper
 
@@ -55,7 +60,7 @@ def _client(kubeconfig: str | None, context: str | None) -> kube.Client:
     try:
         return kube.load(kubeconfig=kubeconfig, context=context)
     except kube.ConfigError as exc:
-        raise click.ClickException(f"--kubeconfig: {exc}") from None
+        raise _refusal(f"--kubeconfig: {exc}") from None
 
 
 @click.command("start")
@@ -222,11 +227,9 @@ def controller_cmd(
     try:
         settings = app.Settings.from_env(**overrides)
     except app.SettingsError as exc:
-        from toolkit import cli
-
-        raise cli.BadInput(str(exc)) from None
+        raise cli.with_context(cli.BadInput(str(exc))) from None
     try:
         code = app.run(settings)
     except kube.ConfigError as exc:
-        raise click.ClickException(f"--kubeconfig: {exc}") from None
+        raise _refusal(f"--kubeconfig: {exc}") from None
     sys.exit(code)

@@ -33,3 +33,5 @@ def test_an_unloadable_kubeconfig_is_one_line_and_no_traceback(argv: list[str], 
     assert len(lines) == 1, proc.stderr
     assert "--kubeconfig: cannot load a cluster config from /nonexistent/kubeconfig" in lines[0]
     assert "Traceback" not in proc.stderr
+    if argv[0] == TOOLKIT:
+        assert lines[0].startswith(f"toolkit {argv[1]}: "), "the line names the command"

@@ -35,7 +35,7 @@ def test_open_open_again_hold_release_and_status_through_the_cli(control_plane, 
     again = toolkit("open")  # already running: refused in one line, nothing written
     assert again.exit_code == 1 and again.stdout == ""
     assert again.stderr == (
-        f"toolkit: TrainJob {name}: spec.suspend is false; A is only raised while the TrainJob is suspended\n"
+        f"toolkit open: TrainJob {name}: spec.suspend is false; A is only raised while the TrainJob is suspended\n"
     )
     assert raising.counts(admin.get(kube.TRAINJOB, name=name, namespace=namespace)) == raising.Counts(patch=1, floor=1)
 
@@ -83,7 +83,7 @@ def test_release_waits_for_the_held_execution_s_pods_to_stop(control_plane, api_
     refused = toolkit("release")
     assert (refused.exit_code, refused.stdout) == (1, "")
     assert refused.stderr == (
-        f"toolkit: TrainJob {namespace}/{name}: pod {pod_names[0]} and 1 more of the held execution still running; "
+        f"toolkit release: TrainJob {namespace}/{name}: pod {pod_names[0]} and 1 more of the held execution still running; "
         "release once the hold has stopped them (they would run below the raised floor)\n"
     )
     tj = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
