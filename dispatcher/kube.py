@@ -132,11 +132,8 @@ class Kube:
 
     # -- Pods, logs, Events -------------------------------------------------
 
-    def list_pods(self, namespace: str, *, selector: str, field_selector: str = "") -> list[Obj]:
-        kwargs: dict[str, Any] = {"label_selector": selector}
-        if field_selector:
-            kwargs["field_selector"] = field_selector
-        return list(self._json(self.core.list_namespaced_pod, namespace, **kwargs).get("items") or [])
+    def list_pods(self, namespace: str, *, selector: str) -> list[Obj]:
+        return list(self.iter_pods(namespace, selector=selector))
 
     def iter_pods(self, namespace: str, *, selector: str, field_selector: str = "",
                   page: int = 100) -> Iterator[Obj]:

@@ -17,7 +17,6 @@ from typing import Any
 import kubernetes.client
 import yaml
 
-from tests.controlplane import harness
 from tests.refbackend import proc
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -144,8 +143,6 @@ def hold_waiting(api: kubernetes.client.ApiClient, namespace: str, pod: str, *, 
     }}
     kubernetes.client.CoreV1Api(api).patch_namespaced_pod_status(pod, namespace, status)
 
-
-gone = harness.gone  # tests here call cluster.gone
 
 
 def job_token(api: kubernetes.client.ApiClient, namespace: str, job_name: str) -> str:

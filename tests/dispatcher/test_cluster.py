@@ -17,6 +17,7 @@ import kubernetes.client
 import kubernetes.watch
 import pytest
 
+from tests.controlplane import harness
 from tests.dispatcher import cluster
 from tests.refbackend import proc
 
@@ -141,7 +142,7 @@ def test_a_failed_driver_is_reported_once_with_reason_and_exit_code_and_its_sand
         assert core.read_namespaced_secret(name, namespace).metadata.name == name
         kubernetes.client.BatchV1Api(api_client).delete_namespaced_job(name, namespace,
                                                                        propagation_policy="Background")
-        cluster.wait(lambda: cluster.gone(lambda: core.read_namespaced_secret(name, namespace)),
+        cluster.wait(lambda: harness.gone(lambda: core.read_namespaced_secret(name, namespace)),
                      what="the Secret garbage-collected with its Job")
     finally:
         d.close()
@@ -245,8 +246,8 @@ def test_a_driver_that_never_starts_is_reported_once_past_the_start_deadline_and
         cluster.hold_waiting(api_client, namespace, pod.metadata.name, reason="ImagePullBackOff", message=message)
         cluster.wait(lambda: backend.get(first["id"])["state"] == "failed", what="the report of the stuck driver")
         # The Job is deleted, its Secret goes with it, and the slot (MAX_INFLIGHT 1) takes the next run.
-        cluster.wait(lambda: cluster.gone(lambda: batch.read_namespaced_job(name, namespace)), what="Job deleted")
-        cluster.wait(lambda: cluster.gone(lambda: core.read_namespaced_secret(name, namespace)), what="Secret GC")
+        cluster.wait(lambda: harness.gone(lambda: batch.read_namespaced_job(name, namespace)), what="Job deleted")
+        cluster.wait(lambda: harness.gone(lambda: core.read_namespaced_secret(name, namespace)), what="Secret GC")
         second_name = f"tcab-run-{second['id']}"
         cluster.wait(lambda: [j for j in cluster.jobs(api_client, namespace) if j.metadata.name == second_name],
                      what="the next run in the freed slot")

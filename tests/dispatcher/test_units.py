@@ -5,7 +5,6 @@ from __future__ import annotations
 import pathlib
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -258,7 +257,7 @@ def test_the_loop_sleeps_while_every_worker_is_busy_instead_of_spinning() -> Non
         assert d._wait() == 0.0  # a worker is free: claim now
         d.in_hand = config.workers
         assert d._wait() == 1.0  # none is free: sleep until a worker's "done" (or the 1 s tick) wakes the loop
-        d.in_hand, d.stopping = 0, threading.Event()
+        d.in_hand = 0
         d.stopping.set()
         assert d._wait() == 1.0  # stopping: no more claims
     finally:
