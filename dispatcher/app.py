@@ -1,7 +1,7 @@
 """The dispatcher's main loop: the stages wired together, the flow drawn once.
 
         backend                          Kubernetes
-   POST /jobs/next ──claim──▶ ledger.reserve ──▶ jobspec ──▶ create Job, then its Secret
+   POST /jobs/next ──claim──▶ ledger.reserve ──▶ jobspec ──▶ create Job (suspended), its Secret, resume
         ▲                        │  (only while ledger.unfinished() < MAX_INFLIGHT)
         │                        ▼
    POST /jobs/{id}/status ◀─ reporter ◀── ledger.observe ◀── watcher (list+watch Jobs)
@@ -11,6 +11,8 @@
    a driver pod waiting to start past the start deadline (starts.stuck, checked on a tick over
    the Pending driver pods once a Job is that old): reporter ("stuck", the kubelet's reason),
    then delete its Job
+   a held Job (suspended, not being created here: its creator died): resume it if its Secret
+   exists, else delete it unreported (it never made a pod; the backend offers the run again)
 
 One thread owns the state (this loop); the watcher thread and the worker
 pool only put results on `self.inbox`. Every I/O step (create, report, reap)
@@ -50,7 +52,7 @@ CLOCK_SKEW_MARGIN = 60.0
 class Pending:
     """A report or a reap still to do for one Job."""
 
-    kind: str  # "failed", "vanished", "stuck" (never started; its Job is deleted) or "refused"
+    kind: str  # "failed", "vanished", "stuck" (never started; its Job is deleted), "refused" or "held"
     name: str
     job_id: str
     job: dict[str, Any] | None
@@ -77,6 +79,8 @@ class Dispatcher:
         self.tokens: dict[str, str] = {}
         self.reports: dict[str, Pending] = {}
         self.reaps: dict[str, Pending] = {}
+        self.resumes: dict[str, Pending] = {}
+        self.creating: set[str] = set()  # Job names whose create is in hand here
         self.in_hand = 0
         self.synced = False
         self.next_claim = 0.0
@@ -112,6 +116,7 @@ class Dispatcher:
                     self._check_starts()
                 self._start_due(self.reports, self._report)
                 self._start_due(self.reaps, self._reap)
+                self._start_due(self.resumes, self._resume)
         finally:
             self.watch_stop.set()
             self.pool.shutdown(wait=True)
@@ -122,7 +127,7 @@ class Dispatcher:
 
     def _wait(self) -> float:
         now = time.monotonic()
-        dues = [p.due for p in (*self.reports.values(), *self.reaps.values()) if not p.busy]
+        dues = [p.due for p in (*self.reports.values(), *self.reaps.values(), *self.resumes.values()) if not p.busy]
         # A claim is due only with a free slot AND a free worker (see _claim); counting it while every
         # worker is busy would make this wait 0 and the loop spin until a worker comes back.
         if (self.synced and not self.stopping.is_set() and self.ledger.free() > 0
@@ -153,6 +158,8 @@ class Dispatcher:
             if not self.synced:
                 log.info("in-flight set rebuilt", extra=logs.fields(jobs=len(items), unfinished=self.ledger.unfinished()))
             self.synced = True
+            for job in items:
+                self._hold_found(str((job.get("metadata") or {}).get("name")))
         elif kind == "event":
             _, event_type, obj = item
             changes = self.ledger.observe(event_type, obj, now=now)
@@ -161,6 +168,7 @@ class Dispatcher:
             finished = event_type == "DELETED" or (entry is not None and entry.phase is ledger.Phase.COMPLETE)
             if finished and not changes and name not in self.reports:
                 self.tokens.pop(name, None)  # a vanished run keeps its token until it is reported
+            self._hold_found(name)
         elif kind == "done":
             _, callback, future = item
             self.in_hand -= 1
@@ -205,14 +213,24 @@ class Dispatcher:
                 self.next_claim = now + self.config.poll_interval
                 return
             name = jobspec.job_name(claim.job_id)
+            self.tokens[name] = claim.token
+            if name in self.resumes:
+                # A claim offered again for a held Job: its resume now has the token to write.
+                log.info("claim offered again for a held job; resuming it", extra=logs.fields(
+                    job=name, job_id=claim.job_id))
+                continue
             entry = self.ledger.get(name)
             fresh = self.ledger.reserve(name=name, job_id=claim.job_id, now=now)
-            self.tokens[name] = claim.token
             uid = "" if fresh or entry is None else entry.uid
-            self._submit(self._create, self._created, claim, name, uid, now)
+            held = fresh or entry is None or entry.held
+            self.creating.add(name)
+            self._submit(self._create, self._created, claim, name, uid, held, now)
 
-    def _create(self, claim: backend.Claim, name: str, uid: str, claimed_at: float) -> tuple[Any, ...]:
-        """Create the Job (unless known) and its Secret; AlreadyExists means already dispatched."""
+    def _create(self, claim: backend.Claim, name: str, uid: str, held: bool, claimed_at: float) -> tuple[Any, ...]:
+        """Create the Job suspended (unless known), its Secret, then resume it; AlreadyExists means already dispatched.
+
+        The order is the invariant: a Job makes pods only once its Secret exists.
+        """
         ns = self.config.namespace
         pause = backoff.Backoff(base=0.2, cap=5.0)
         deadline = time.monotonic() + CREATE_RETRY_SECONDS
@@ -228,14 +246,23 @@ class Dispatcher:
                         existing = self.kube.get_job(ns, name)
                         if jobspec.job_id_of(existing) != claim.job_id:
                             raise kube.ApiError(409, f"Job {name} exists for another run") from None
-                        uid, state = existing["metadata"]["uid"], "exists"
-                latency = time.monotonic() - claimed_at
+                        uid, state, held = existing["metadata"]["uid"], "exists", jobspec.held(existing)
                 try:
-                    self.kube.create_secret(ns, jobspec.secret(claim, self.config, job_uid=uid))
+                    self.kube.create_secret(ns, jobspec.secret(claim.job_id, claim.token, self.config, job_uid=uid))
                 except kube.ApiError as e:
                     if e.status != 409:
                         raise
-                return state, uid, latency, "", name, claim
+                if held:
+                    try:
+                        self.kube.patch_job(ns, name, jobspec.RESUME)
+                    except kube.ApiError as e:
+                        if e.status != 404:
+                            raise
+                        # Deleted before it could run (by a person, or as a held Job nobody could resume):
+                        # the backend offers the run again after its claim lease.
+                        return "gave-up", uid, 0.0, str(e), name, claim
+                    held = False
+                return state, uid, time.monotonic() - claimed_at, "", name, claim
             except kube.ApiError as e:
                 # 401/403 are retried too: an apiserver that just started answers 403 until its RBAC
                 # cache has synced. Only a refusal of the object itself (400, 404, 409 for another
@@ -256,6 +283,7 @@ class Dispatcher:
     def _created(self, future: concurrent.futures.Future[Any]) -> None:
         state, uid, latency, why, name, claim = future.result()
         now = time.monotonic()
+        self.creating.discard(name)
         fields = {"job": name, "job_id": claim.job_id}
         if state in ("created", "exists"):
             self.ledger.created(name, uid=uid, now=now)
@@ -278,6 +306,63 @@ class Dispatcher:
             log.warning("driver job not created; the backend will offer the run again",
                         extra=logs.fields(**fields, error=why))
             self.tokens.pop(name, None)
+            self._hold_found(name)  # a Job this create left suspended is now nobody's
+
+    # -- held Jobs ----------------------------------------------------------
+
+    def _hold_found(self, name: str) -> None:
+        """Take up a suspended Job no create here is working on (its creator died before resuming it)."""
+        if name in self.creating or name in self.resumes or not self.ledger.held(name):
+            return
+        entry = self.ledger.get(name)
+        assert entry is not None
+        self.ledger.expire(name)  # its DELETED, if it comes to that, is not a death
+        log.warning("held driver job found (its creator stopped before resuming it)",
+                    extra=logs.fields(job=name, job_id=entry.job_id))
+        self.resumes[name] = Pending("held", name, entry.job_id, {"metadata": {"uid": entry.uid}})
+
+    def _resume(self, pending: Pending) -> bool:
+        """Resume a held Job once its Secret exists (written here if a claim brought the token), else delete it.
+
+        Deleting is safe: a suspended Job never made a pod, so its driver never ran; the run stays
+        claimed at the backend, which offers it again after its lease.
+        """
+        ns, fields = self.config.namespace, {"job": pending.name, "job_id": pending.job_id}
+        try:
+            try:
+                self.kube.get_secret(ns, pending.name)
+                has_secret = True
+            except kube.ApiError as e:
+                if e.status != 404:
+                    raise
+                has_secret = False
+            token = self.tokens.get(pending.name)
+            if not has_secret and token:
+                uid = str(((pending.job or {}).get("metadata") or {}).get("uid") or "")
+                try:
+                    self.kube.create_secret(ns, jobspec.secret(pending.job_id, token, self.config, job_uid=uid))
+                except kube.ApiError as e:
+                    if e.status != 409:
+                        raise
+                has_secret = True
+            if has_secret:
+                self.kube.patch_job(ns, pending.name, jobspec.RESUME)
+                log.info("held driver job resumed", extra=logs.fields(**fields))
+            else:
+                self.kube.delete_job(ns, pending.name)
+                pending.job_deleted = True
+                log.warning("held driver job deleted: no token to give it; the backend will offer the run again",
+                            extra=logs.fields(**fields))
+        except kube.ApiError as e:
+            if e.status == 404:  # the Job is gone already
+                pending.job_deleted = True
+                return True
+            log.warning("cannot resume a held driver job; retrying", extra=logs.fields(**fields, error=str(e)))
+            return False
+        except kube.Unavailable as e:
+            log.warning("cannot resume a held driver job; retrying", extra=logs.fields(**fields, error=str(e)))
+            return False
+        return True
 
     # -- the start deadline -------------------------------------------------
 
@@ -348,6 +433,8 @@ class Dispatcher:
                                         kind=pending.kind))
             if pending.kind == "stuck" and not pending.job_deleted:
                 self.ledger.unexpire(pending.name)  # the next start check tries the delete again
+        if table is self.resumes and done and not pending.job_deleted:
+            self.ledger.unexpire(pending.name)  # running now: judged like any other Job again
         if done or abandoned:
             table.pop(pending.name, None)
             if pending.name not in self.reports and self.ledger.get(pending.name) is None:

@@ -10,6 +10,10 @@ Invariants:
   Downward API. The token is never a literal in the Job: it comes through a
   secretKeyRef to a Secret the Job owns (garbage-collected with it), so read
   access to Jobs does not reveal it.
+- The Job is created suspended and resumed only once its Secret exists, so
+  no Job of ours can make a pod that waits for a token nobody will write (a
+  dispatcher killed between the two creates leaves a suspended Job, which
+  the next one resumes or deletes: see `app`).
 - Requests from the settings, no limits (a memory limit would bring back the
   very SIGKILL the requests are there to avoid); backoffLimit 0 (a driver is
   never silently run twice); restartPolicy Never; ttlSecondsAfterFinished.
@@ -107,6 +111,7 @@ def job(claim: backend.Claim, config: settings.Settings) -> Obj:
         "metadata": {"name": job_name(claim.job_id), "namespace": config.namespace,
                      "labels": meta_labels, "annotations": annotations},
         "spec": {
+            "suspend": True,
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": config.job_ttl_seconds,
             "template": {"metadata": {"labels": meta_labels, "annotations": annotations}, "spec": pod_spec},
@@ -114,20 +119,29 @@ def job(claim: backend.Claim, config: settings.Settings) -> Obj:
     }
 
 
-def secret(claim: backend.Claim, config: settings.Settings, *, job_uid: str) -> Obj:
+def secret(job_id: str, token: str, config: settings.Settings, *, job_uid: str) -> Obj:
     """The token Secret, owned by the Job (uid from the create answer) so it goes with it."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
         "metadata": {
-            "name": secret_name(claim.job_id), "namespace": config.namespace,
-            "labels": labels(claim.job_id), "annotations": {names.JOB_ID_ANNOTATION: claim.job_id},
-            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job_name(claim.job_id),
+            "name": secret_name(job_id), "namespace": config.namespace,
+            "labels": labels(job_id), "annotations": {names.JOB_ID_ANNOTATION: job_id},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job_name(job_id),
                                  "uid": job_uid, "controller": False, "blockOwnerDeletion": False}],
         },
-        "stringData": {names.TOKEN_KEY: claim.token},
+        "stringData": {names.TOKEN_KEY: token},
     }
+
+
+# The merge patch that lets a held Job make its pod.
+RESUME: Obj = {"spec": {"suspend": False}}
+
+
+def held(obj: Obj) -> bool:
+    """True while the Job is suspended: created, its Secret perhaps not yet, no pod made."""
+    return bool((obj.get("spec") or {}).get("suspend"))
 
 
 def job_id_of(obj: Obj) -> str | None:

@@ -14,7 +14,10 @@ slot forever (the most-reported bug of the closest peer).
 A Job whose driver never started (see `app` and the start deadline) is
 `expire`d: its report is made then, and the Job is deleted to free the slot.
 The slot stays taken until the delete is seen, so the cap holds; that
-DELETED is not a second "vanished" death.
+DELETED is not a second "vanished" death. A Job left suspended by a
+dispatcher that died between creating it and resuming it (`held`) is
+expired the same way while the main loop resumes or deletes it, and
+`unexpire`d once resumed.
 
 Relists: `sync` replaces what the watcher knows with a full list. An entry
 created after the list began cannot be in it and is kept; an entry created
@@ -54,6 +57,7 @@ class Entry:
     seen: bool = False  # observed through the watcher (list or watch)
     expired: bool = False  # past the start deadline: reported, and its delete sent
     created: float | None = None  # the Job's creationTimestamp (seconds since the epoch), once seen
+    held: bool = False  # last seen suspended (its create had not resumed it yet)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +89,11 @@ class Ledger:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def held(self, name: str) -> bool:
+        """The Job was last seen suspended, and is neither finished nor already being expired."""
+        entry = self._entries.get(name)
+        return entry is not None and entry.phase is Phase.ACTIVE and entry.held and not entry.expired
 
     def oldest_age(self, *, now: float, wall: float) -> float:
         """Seconds the oldest unfinished, unexpired Job has existed (0.0 if none).
@@ -171,6 +180,7 @@ class Ledger:
             entry.created = starts.timestamp(meta.get("creationTimestamp"))
         entry.uid = str(meta.get("uid") or entry.uid)
         entry.job_id = entry.job_id or job_id
+        entry.held = jobspec.held(job)
         state = jobspec.finished(job)
         if state is None:
             if entry.phase is Phase.CREATING:

@@ -17,6 +17,8 @@ import kubernetes.client
 import kubernetes.watch
 import pytest
 
+from dispatcher import backend as backend_client
+from dispatcher import jobspec, settings
 from tests.controlplane import harness
 from tests.dispatcher import cluster
 from tests.refbackend import proc
@@ -276,7 +278,8 @@ def test_a_verb_outside_the_role_is_forbidden(control_plane: Any, rbac_kubeconfi
         for call in (lambda: core.list_namespaced_secret(namespace),
                      lambda: core.create_namespaced_pod(namespace, {"metadata": {"name": "x"}, "spec": {
                          "containers": [{"name": "c", "image": "x"}]}}),
-                     lambda: batch.patch_namespaced_job("x", namespace, {"metadata": {"labels": {"a": "b"}}}),
+                     lambda: core.delete_namespaced_secret("x", namespace),
+                     lambda: batch.replace_namespaced_job("x", namespace, {"metadata": {"name": "x"}}),
                      lambda: batch.list_namespaced_job("default")):
             with pytest.raises(kubernetes.client.ApiException) as e:
                 call()
@@ -306,6 +309,62 @@ def test_recovers_after_the_apiserver_stops_and_starts(
         d.close()
 
 
+def test_held_jobs_left_by_a_dead_dispatcher_are_resumed_with_their_secret_or_deleted_unreported_without(
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
+    """The two states a dispatcher killed inside a create leaves: a suspended Job with its Secret
+    (killed before the resume) and one without (killed before the Secret). Neither may hold its slot
+    for ever (the deadlock this replaced: a Job whose pod waited for a token nobody would write)."""
+    batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
+    with proc.Backend(lease=8) as backend:
+        with_secret, without_secret, third = (backend.enqueue() for _ in range(3))
+        d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+                               TCAB_DISPATCHER_MAX_INFLIGHT="2")
+        config = settings.from_env(d.env)
+        client = backend_client.Backend(url=backend.url, service_token=backend.token, timeout=10)
+        try:
+            # What the dead dispatcher did: claimed two runs, created their Jobs suspended, one Secret.
+            claims = [client.claim(), client.claim()]
+        finally:
+            client.close()
+        assert [c.job_id for c in claims if c] == [with_secret["id"], without_secret["id"]]
+        uid = {}
+        for claim in claims:
+            assert claim is not None
+            uid[claim.job_id] = batch.create_namespaced_job(namespace, jobspec.job(claim, config)).metadata.uid
+        core.create_namespaced_secret(namespace, jobspec.secret(
+            with_secret["id"], with_secret["token"], config, job_uid=uid[with_secret["id"]]))
+        resumed, deleted = (jobspec.job_name(r["id"]) for r in (with_secret, without_secret))
+        try:
+            d.start()
+            cluster.wait(lambda: cluster.driver_pod(api_client, namespace, resumed), what="the resumed Job's pod")
+            job = batch.read_namespaced_job(resumed, namespace)
+            assert (job.metadata.uid, job.spec.suspend) == (uid[with_secret["id"]], False)
+            # The other is deleted (it never made a pod), its slot goes to the next run, and nothing
+            # is reported: the run is still claimed, and the backend offers it again after its lease.
+            third_name = jobspec.job_name(third["id"])
+            cluster.wait(lambda: third_name in {j.metadata.name for j in cluster.jobs(api_client, namespace)},
+                         what="the third run's Job in the freed slot")
+            assert backend.get(without_secret["id"])["state"] == "claimed"
+            assert not any(line.get("job") == deleted and "reported" in line["message"] for line in d.lines())
+            # A finish frees a slot for the run offered again: a new Job, resumed, with its own Secret.
+            pod = cluster.driver_pod(api_client, namespace, resumed)
+            cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=0, reason="Completed")
+
+            def redispatched() -> Any:
+                job = next((j for j in cluster.jobs(api_client, namespace) if j.metadata.name == deleted), None)
+                return job if job is not None and job.metadata.uid != uid[without_secret["id"]] else None
+
+            again = cluster.wait(redispatched, what="the run offered again to get a new Job")
+            cluster.wait(lambda: cluster.driver_pod(api_client, namespace, deleted), what="its pod")
+            assert not batch.read_namespaced_job(deleted, namespace).spec.suspend
+            secret = core.read_namespaced_secret(deleted, namespace)
+            assert [o.uid for o in secret.metadata.owner_references] == [again.metadata.uid]
+            assert cluster.job_token(api_client, namespace, deleted) == without_secret["token"]
+            assert d.terminate() == 0
+        finally:
+            d.close()
+
+
 def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twice_leaks_no_slot(
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
     max_inflight = 4
@@ -319,8 +378,10 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
         pause, paused = threading.Event(), threading.Event()
 
         def observe() -> None:
-            # Every Job ever created, by uid; the peak of unfinished ones. Short watches, each resumed
-            # from the last resourceVersion, so the thread ends soon after `stop`.
+            # Every Job ever released (resumed: able to make its pod), by uid; the peak of unfinished
+            # ones, held or not. A held Job deleted for want of its token never made a pod, so it is
+            # not a dispatch. Short watches, each resumed from the last resourceVersion, so the thread
+            # ends soon after `stop`.
             resource_version = ""
             with cluster.control_plane_client(api_client) as api:
                 while not stop.is_set():
@@ -329,12 +390,15 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                             resource_version=resource_version):
                         job = event["object"]
                         resource_version = job.metadata.resource_version
-                        uids[job.metadata.name].add(job.metadata.uid)
+                        if not job.spec.suspend:
+                            uids[job.metadata.name].add(job.metadata.uid)
                         if event["type"] == "DELETED":
                             state.pop(job.metadata.name, None)
                         else:
                             state[job.metadata.name] = cluster.unfinished(job)
                         peak[0] = max(peak[0], sum(state.values()))
+
+        tokenless: set[str] = set()  # driver pods made while their Secret did not exist: must stay empty
 
         def kubelet_and_driver() -> None:
             # Plays each driver: says "succeeded" with its token, then its pod ends.
@@ -352,12 +416,19 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                     run_id = pod.metadata.labels["test-cabinet/job-id"]
                     try:
                         token = cluster.job_token(api_client, namespace, name)
-                    except kubernetes.client.ApiException:
-                        continue  # its Secret is not there yet
+                    except kubernetes.client.ApiException as e:
+                        if e.status == 404:  # a kubelet would hold this pod forever
+                            tokenless.add(pod.metadata.name)
+                        continue
                     backend.call("POST", f"/jobs/{run_id}/status", {"status": "succeeded"}, token=token)
                     cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=0, reason="Completed")
                     done.add(pod.metadata.name)
                 time.sleep(0.1)
+
+        def all_ended() -> bool:
+            assert all(t.is_alive() for t in threads), "a helper thread died (its traceback is above)"
+            assert not tokenless, f"driver pods without their Secret: {sorted(tokenless)}"
+            return all(r["state"] == "succeeded" for r in backend.runs())
 
         threads = [threading.Thread(target=observe), threading.Thread(target=kubelet_and_driver)]
         for t in threads:
@@ -370,8 +441,7 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                 time.sleep(rng.uniform(0.3, 1.2))
                 d.kill()
             d.start()
-            cluster.wait(lambda: all(r["state"] == "succeeded" for r in backend.runs()), timeout=90,
-                         what="every run to end")
+            cluster.wait(all_ended, timeout=90, what="every run to end")
             # No slot leaked: with nothing finishing any more (the kubelet paused), the last dispatcher
             # still takes MAX_INFLIGHT new runs, so all MAX_INFLIGHT slots were free at once.
             pause.set()
@@ -389,4 +459,5 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
         assert not any(t.is_alive() for t in threads)
         assert {name: ids for name, ids in uids.items() if len(ids) > 1} == {}, "a run was dispatched twice"
         assert set(runs) <= {n.removeprefix("tcab-run-") for n in uids}
+        assert not tokenless, f"driver pods without their Secret: {sorted(tokenless)}"
         assert peak[0] <= max_inflight

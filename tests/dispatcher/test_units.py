@@ -95,7 +95,8 @@ def test_the_driver_job_has_exactly_the_seed_environment_and_no_token_literal() 
     assert container["env"][3]["value"] == '{"a":[2],"b":1}'
     assert container["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
     assert (job["spec"]["backoffLimit"], job["spec"]["template"]["spec"]["restartPolicy"]) == (0, "Never")
-    secret = jobspec.secret(CLAIM, config(), job_uid="u-1")
+    assert job["spec"]["suspend"] is True and jobspec.held(job)  # no pod until its Secret exists
+    secret = jobspec.secret(CLAIM.job_id, CLAIM.token, config(), job_uid="u-1")
     assert secret["stringData"] == {"token": "tok-123"}
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "u-1"
 
@@ -113,6 +114,22 @@ def job(name: str, *, state: str | None = None) -> dict[str, object]:
     conditions = [{"type": state, "status": "True"}] if state else []
     return {"metadata": {"name": name, "uid": "u-" + name, "annotations": {names.JOB_ID_ANNOTATION: name}},
             "status": {"conditions": conditions}}
+
+
+def test_a_held_job_is_one_seen_suspended_unfinished_and_not_already_taken_up() -> None:
+    book = ledger.Ledger(max_inflight=4)
+    suspended = {**job("a"), "spec": {"suspend": True}}
+    book.observe("ADDED", suspended, now=1)
+    assert book.held("a") and book.unfinished() == 1  # it holds its slot while held
+    assert book.expire("a") and not book.held("a")  # taken up: resumed or deleted, not a death
+    assert book.observe("DELETED", suspended, now=2) == [] and book.unfinished() == 0
+    book.observe("ADDED", suspended, now=3)
+    book.observe("MODIFIED", {**job("a"), "spec": {"suspend": False}}, now=4)
+    assert not book.held("a")
+    book.reserve(name="b", job_id="b", now=5)
+    assert not book.held("b")  # a create in hand here is not held, whatever it looks like
+    book.observe("ADDED", {**job("c", state="Failed"), "spec": {"suspend": True}}, now=6)
+    assert not book.held("c")
 
 
 def test_the_ledger_caps_and_releases_on_finish_and_on_delete() -> None:
