@@ -1,7 +1,7 @@
 """The dispatcher's main loop: the stages wired together, the flow drawn once.
 
         backend                          Kubernetes
-   POST /jobs/next ──claim──▶ ledger.reserve ──▶ jobspec ──▶ create Job (suspended), its Secret, resume
+   POST /jobs/next ──claim──▶ ledger.reserve ──▶ jobspec ──▶ create Job, then its Secret
         ▲                        │  (only while ledger.unfinished() < MAX_INFLIGHT)
         │                        ▼
    POST /jobs/{id}/status ◀─ reporter ◀── ledger.observe ◀── watcher (list+watch Jobs)
@@ -11,8 +11,9 @@
    a driver pod waiting to start past the start deadline (starts.stuck, checked on a tick over
    the Pending driver pods once a Job is that old): reporter ("stuck", the kubelet's reason),
    then delete its Job
-   a held Job (suspended, not being created here: its creator died): resume it if its Secret
-   exists, else delete it unreported (it never made a pod; the backend offers the run again)
+   a Job found without its Secret (its creator died between the two creates; checked once per Job
+   not created here): a tombstone Secret (no token key: its container can never start), then
+   delete the Job, unreported; the backend offers the still-claimed run again
 
 One thread owns the state (this loop); the watcher thread and the worker
 pool only put results on `self.inbox`. Every I/O step (create, report, reap)
@@ -52,7 +53,8 @@ CLOCK_SKEW_MARGIN = 60.0
 class Pending:
     """A report or a reap still to do for one Job."""
 
-    kind: str  # "failed", "vanished", "stuck" (never started; its Job is deleted), "refused" or "held"
+    kind: str  # "failed", "vanished", "stuck" (never started; its Job is deleted), "refused",
+    # "unchecked" (a Job's Secret to check) or "orphan" (a Job that can never have its token: deleted)
     name: str
     job_id: str
     job: dict[str, Any] | None
@@ -63,7 +65,12 @@ class Pending:
     token: str | None = dataclasses.field(default=None, repr=False)
     job_deleted: bool = False
     retry_after: float | None = None  # the backend's Retry-After on the last attempt
+    outcome: str = ""  # of a Secret check: "ok" or "tombstoned"
     backoff: backoff.Backoff = dataclasses.field(default_factory=lambda: backoff.Backoff(base=0.5, cap=60.0))
+
+
+class Retry(Exception):
+    """A create step to try again after a pause (within the create's deadline)."""
 
 
 class Dispatcher:
@@ -79,7 +86,7 @@ class Dispatcher:
         self.tokens: dict[str, str] = {}
         self.reports: dict[str, Pending] = {}
         self.reaps: dict[str, Pending] = {}
-        self.resumes: dict[str, Pending] = {}
+        self.checks: dict[str, Pending] = {}
         self.creating: set[str] = set()  # Job names whose create is in hand here
         self.in_hand = 0
         self.synced = False
@@ -116,7 +123,7 @@ class Dispatcher:
                     self._check_starts()
                 self._start_due(self.reports, self._report)
                 self._start_due(self.reaps, self._reap)
-                self._start_due(self.resumes, self._resume)
+                self._start_due(self.checks, self._check_secret)
         finally:
             self.watch_stop.set()
             self.pool.shutdown(wait=True)
@@ -127,7 +134,7 @@ class Dispatcher:
 
     def _wait(self) -> float:
         now = time.monotonic()
-        dues = [p.due for p in (*self.reports.values(), *self.reaps.values(), *self.resumes.values()) if not p.busy]
+        dues = [p.due for p in (*self.reports.values(), *self.reaps.values(), *self.checks.values()) if not p.busy]
         # A claim is due only with a free slot AND a free worker (see _claim); counting it while every
         # worker is busy would make this wait 0 and the loop spin until a worker comes back.
         if (self.synced and not self.stopping.is_set() and self.ledger.free() > 0
@@ -159,7 +166,7 @@ class Dispatcher:
                 log.info("in-flight set rebuilt", extra=logs.fields(jobs=len(items), unfinished=self.ledger.unfinished()))
             self.synced = True
             for job in items:
-                self._hold_found(str((job.get("metadata") or {}).get("name")))
+                self._check_found(str((job.get("metadata") or {}).get("name")))
         elif kind == "event":
             _, event_type, obj = item
             changes = self.ledger.observe(event_type, obj, now=now)
@@ -168,7 +175,7 @@ class Dispatcher:
             finished = event_type == "DELETED" or (entry is not None and entry.phase is ledger.Phase.COMPLETE)
             if finished and not changes and name not in self.reports:
                 self.tokens.pop(name, None)  # a vanished run keeps its token until it is reported
-            self._hold_found(name)
+            self._check_found(name)
         elif kind == "done":
             _, callback, future = item
             self.in_hand -= 1
@@ -213,24 +220,15 @@ class Dispatcher:
                 self.next_claim = now + self.config.poll_interval
                 return
             name = jobspec.job_name(claim.job_id)
-            self.tokens[name] = claim.token
-            if name in self.resumes:
-                # A claim offered again for a held Job: its resume now has the token to write.
-                log.info("claim offered again for a held job; resuming it", extra=logs.fields(
-                    job=name, job_id=claim.job_id))
-                continue
             entry = self.ledger.get(name)
             fresh = self.ledger.reserve(name=name, job_id=claim.job_id, now=now)
+            self.tokens[name] = claim.token
             uid = "" if fresh or entry is None else entry.uid
-            held = fresh or entry is None or entry.held
             self.creating.add(name)
-            self._submit(self._create, self._created, claim, name, uid, held, now)
+            self._submit(self._create, self._created, claim, name, uid, now)
 
-    def _create(self, claim: backend.Claim, name: str, uid: str, held: bool, claimed_at: float) -> tuple[Any, ...]:
-        """Create the Job suspended (unless known), its Secret, then resume it; AlreadyExists means already dispatched.
-
-        The order is the invariant: a Job makes pods only once its Secret exists.
-        """
+    def _create(self, claim: backend.Claim, name: str, uid: str, claimed_at: float) -> tuple[Any, ...]:
+        """Create the Job (unless known) and its Secret; AlreadyExists means already dispatched."""
         ns = self.config.namespace
         pause = backoff.Backoff(base=0.2, cap=5.0)
         deadline = time.monotonic() + CREATE_RETRY_SECONDS
@@ -246,23 +244,26 @@ class Dispatcher:
                         existing = self.kube.get_job(ns, name)
                         if jobspec.job_id_of(existing) != claim.job_id:
                             raise kube.ApiError(409, f"Job {name} exists for another run") from None
-                        uid, state, held = existing["metadata"]["uid"], "exists", jobspec.held(existing)
+                        uid, state = existing["metadata"]["uid"], "exists"
+                latency = time.monotonic() - claimed_at
                 try:
-                    self.kube.create_secret(ns, jobspec.secret(claim.job_id, claim.token, self.config, job_uid=uid))
+                    self.kube.create_secret(ns, jobspec.secret(claim, self.config, job_uid=uid))
                 except kube.ApiError as e:
                     if e.status != 409:
                         raise
-                if held:
                     try:
-                        self.kube.patch_job(ns, name, jobspec.RESUME)
-                    except kube.ApiError as e:
-                        if e.status != 404:
+                        serves = jobspec.serves(self.kube.get_secret(ns, name), uid)
+                    except kube.ApiError as gone:
+                        if gone.status != 404:
                             raise
-                        # Deleted before it could run (by a person, or as a held Job nobody could resume):
-                        # the backend offers the run again after its claim lease.
-                        return "gave-up", uid, 0.0, str(e), name, claim
-                    held = False
-                return state, uid, time.monotonic() - claimed_at, "", name, claim
+                        raise Retry("the Secret went while it was read: writing it again") from None
+                    if not serves:
+                        # An earlier Job of this run left its Secret (or its tombstone) for the garbage
+                        # collector: taking it would leave this Job without a token once it is collected.
+                        raise Retry("the Secret of an earlier Job of this run is still there") from None
+                return state, uid, latency, "", name, claim
+            except Retry as e:
+                why = str(e)
             except kube.ApiError as e:
                 # 401/403 are retried too: an apiserver that just started answers 403 until its RBAC
                 # cache has synced. Only a refusal of the object itself (400, 404, 409 for another
@@ -287,6 +288,7 @@ class Dispatcher:
         fields = {"job": name, "job_id": claim.job_id}
         if state in ("created", "exists"):
             self.ledger.created(name, uid=uid, now=now)
+            self.ledger.secret_confirmed(name)
             if state == "created":
                 self.dispatched += 1
             log.info("dispatched" if state == "created" else "already dispatched",
@@ -306,63 +308,59 @@ class Dispatcher:
             log.warning("driver job not created; the backend will offer the run again",
                         extra=logs.fields(**fields, error=why))
             self.tokens.pop(name, None)
-            self._hold_found(name)  # a Job this create left suspended is now nobody's
+            self._check_found(name)  # the Job may exist without its Secret
 
-    # -- held Jobs ----------------------------------------------------------
+    # -- Jobs without their Secret --------------------------------------------
 
-    def _hold_found(self, name: str) -> None:
-        """Take up a suspended Job no create here is working on (its creator died before resuming it)."""
-        if name in self.creating or name in self.resumes or not self.ledger.held(name):
+    def _check_found(self, name: str) -> None:
+        """Check once the Secret of an unfinished Job no create here has seen to."""
+        if name in self.creating or name in self.checks or not self.ledger.unchecked(name):
             return
         entry = self.ledger.get(name)
         assert entry is not None
-        self.ledger.expire(name)  # its DELETED, if it comes to that, is not a death
-        log.warning("held driver job found (its creator stopped before resuming it)",
-                    extra=logs.fields(job=name, job_id=entry.job_id))
-        self.resumes[name] = Pending("held", name, entry.job_id, {"metadata": {"uid": entry.uid}})
+        self.checks[name] = Pending("unchecked", name, entry.job_id, {"metadata": {"uid": entry.uid}})
 
-    def _resume(self, pending: Pending) -> bool:
-        """Resume a held Job once its Secret exists (written here if a claim brought the token), else delete it.
-
-        Deleting is safe: a suspended Job never made a pod, so its driver never ran; the run stays
-        claimed at the backend, which offers it again after its lease.
-        """
+    def _check_secret(self, pending: Pending) -> bool:
+        """Does the Job's Secret serve it? If there is none, write a tombstone: the Job can never have
+        its token (only the claim had it), and with the tombstone in place its container can never
+        start, so deleting the Job cannot kill a driver that ran."""
         ns, fields = self.config.namespace, {"job": pending.name, "job_id": pending.job_id}
+        uid = str(((pending.job or {}).get("metadata") or {}).get("uid") or "")
         try:
             try:
-                self.kube.get_secret(ns, pending.name)
-                has_secret = True
+                found: dict[str, Any] | None = self.kube.get_secret(ns, pending.name)
             except kube.ApiError as e:
                 if e.status != 404:
                     raise
-                has_secret = False
-            token = self.tokens.get(pending.name)
-            if not has_secret and token:
-                uid = str(((pending.job or {}).get("metadata") or {}).get("uid") or "")
+                found = None
+            if found is None:
                 try:
-                    self.kube.create_secret(ns, jobspec.secret(pending.job_id, token, self.config, job_uid=uid))
+                    self.kube.create_secret(ns, jobspec.tombstone(pending.job_id, self.config, job_uid=uid))
                 except kube.ApiError as e:
                     if e.status != 409:
                         raise
-                has_secret = True
-            if has_secret:
-                self.kube.patch_job(ns, pending.name, jobspec.RESUME)
-                log.info("held driver job resumed", extra=logs.fields(**fields))
-            else:
-                self.kube.delete_job(ns, pending.name)
-                pending.job_deleted = True
-                log.warning("held driver job deleted: no token to give it; the backend will offer the run again",
-                            extra=logs.fields(**fields))
-        except kube.ApiError as e:
-            if e.status == 404:  # the Job is gone already
-                pending.job_deleted = True
+                    return False  # written meanwhile (by the create of a claim offered again): look again
+                pending.outcome = "tombstoned"
                 return True
-            log.warning("cannot resume a held driver job; retrying", extra=logs.fields(**fields, error=str(e)))
+            if jobspec.serves(found, uid):
+                pending.outcome = "ok"
+                return True
+            if reporter.token_from_secret(found) is None:
+                pending.outcome = "tombstoned"  # written by an earlier check that did not get to the delete
+                return True
+            return False  # an earlier Job's Secret, about to be collected: look again after it
+        except (kube.ApiError, kube.Unavailable) as e:
+            log.warning("cannot check the job's token Secret; retrying", extra=logs.fields(**fields, error=str(e)))
             return False
-        except kube.Unavailable as e:
-            log.warning("cannot resume a held driver job; retrying", extra=logs.fields(**fields, error=str(e)))
-            return False
-        return True
+
+    def _checked(self, pending: Pending) -> None:
+        if pending.outcome == "ok":
+            self.ledger.secret_confirmed(pending.name)
+        elif pending.outcome == "tombstoned" and self.ledger.expire(pending.name):
+            log.warning("driver job found without its token Secret (its creator stopped between the two "
+                        "creates); deleting it, unreported: the backend will offer the run again",
+                        extra=logs.fields(job=pending.name, job_id=pending.job_id))
+            self.reports[pending.name] = Pending("orphan", pending.name, pending.job_id, None)
 
     # -- the start deadline -------------------------------------------------
 
@@ -426,15 +424,15 @@ class Dispatcher:
             log.error("report/reap step crashed", extra=logs.fields(job=pending.name, error=repr(e)))
             done = False
         pending.attempts += 1
+        if done and table is self.checks:
+            self._checked(pending)
         abandoned = not done and table is self.reports and pending.attempts >= MAX_REPORT_ATTEMPTS
         if abandoned:
             log.error("death report abandoned: the backend never took it",
                       extra=logs.fields(job=pending.name, job_id=pending.job_id, attempts=pending.attempts,
                                         kind=pending.kind))
-            if pending.kind == "stuck" and not pending.job_deleted:
+            if pending.kind in ("stuck", "orphan") and not pending.job_deleted:
                 self.ledger.unexpire(pending.name)  # the next start check tries the delete again
-        if table is self.resumes and done and not pending.job_deleted:
-            self.ledger.unexpire(pending.name)  # running now: judged like any other Job again
         if done or abandoned:
             table.pop(pending.name, None)
             if pending.name not in self.reports and self.ledger.get(pending.name) is None:
@@ -456,6 +454,15 @@ class Dispatcher:
 
     def _report(self, pending: Pending) -> bool:
         fields = {"job": pending.name, "job_id": pending.job_id}
+        if pending.kind == "orphan":  # nothing to report: its driver never ran
+            try:
+                self.kube.delete_job(self.config.namespace, pending.name)
+            except (kube.ApiError, kube.Unavailable) as e:
+                log.warning("cannot delete a driver job without its token; retrying",
+                            extra=logs.fields(**fields, error=str(e)))
+                return False
+            pending.job_deleted = True
+            return True
         try:
             token = self._token(pending)
         except (kube.ApiError, kube.Unavailable) as e:

@@ -10,10 +10,11 @@ Invariants:
   Downward API. The token is never a literal in the Job: it comes through a
   secretKeyRef to a Secret the Job owns (garbage-collected with it), so read
   access to Jobs does not reveal it.
-- The Job is created suspended and resumed only once its Secret exists, so
-  no Job of ours can make a pod that waits for a token nobody will write (a
-  dispatcher killed between the two creates leaves a suspended Job, which
-  the next one resumes or deletes: see `app`).
+- The Job is created first (the Secret's ownerReference needs its uid), then
+  the Secret. A Job left without its Secret by a dispatcher that died between
+  the two gets a `tombstone` instead: a Secret without the token key, so no
+  kubelet can ever start its container, after which deleting the Job cannot
+  kill a driver that ran (see `app`).
 - Requests from the settings, no limits (a memory limit would bring back the
   very SIGKILL the requests are there to avoid); backoffLimit 0 (a driver is
   never silently run twice); restartPolicy Never; ttlSecondsAfterFinished.
@@ -111,7 +112,6 @@ def job(claim: backend.Claim, config: settings.Settings) -> Obj:
         "metadata": {"name": job_name(claim.job_id), "namespace": config.namespace,
                      "labels": meta_labels, "annotations": annotations},
         "spec": {
-            "suspend": True,
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": config.job_ttl_seconds,
             "template": {"metadata": {"labels": meta_labels, "annotations": annotations}, "spec": pod_spec},
@@ -119,8 +119,7 @@ def job(claim: backend.Claim, config: settings.Settings) -> Obj:
     }
 
 
-def secret(job_id: str, token: str, config: settings.Settings, *, job_uid: str) -> Obj:
-    """The token Secret, owned by the Job (uid from the create answer) so it goes with it."""
+def _owned_secret(job_id: str, config: settings.Settings, job_uid: str) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -131,17 +130,30 @@ def secret(job_id: str, token: str, config: settings.Settings, *, job_uid: str) 
             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job_name(job_id),
                                  "uid": job_uid, "controller": False, "blockOwnerDeletion": False}],
         },
-        "stringData": {names.TOKEN_KEY: token},
     }
 
 
-# The merge patch that lets a held Job make its pod.
-RESUME: Obj = {"spec": {"suspend": False}}
+def secret(claim: backend.Claim, config: settings.Settings, *, job_uid: str) -> Obj:
+    """The token Secret, owned by the Job (uid from the create answer) so it goes with it."""
+    return {**_owned_secret(claim.job_id, config, job_uid), "stringData": {names.TOKEN_KEY: claim.token}}
 
 
-def held(obj: Obj) -> bool:
-    """True while the Job is suspended: created, its Secret perhaps not yet, no pod made."""
-    return bool((obj.get("spec") or {}).get("suspend"))
+def tombstone(job_id: str, config: settings.Settings, *, job_uid: str) -> Obj:
+    """The Secret written for a Job whose token nobody here knows: no token key, so the kubelet can
+    never start a container whose secretKeyRef names it. Owned by that Job, it goes with it."""
+    return {**_owned_secret(job_id, config, job_uid), "data": {}}
+
+
+def serves(secret_obj: Obj, job_uid: str) -> bool:
+    """True if this Secret gives the Job with `job_uid` its token and stays as long as the Job does.
+
+    False for a tombstone (no token key) and for a Secret owned by another Job of the same name (an
+    earlier Job of the run, deleted: the garbage collector is about to delete its Secret too).
+    """
+    if names.TOKEN_KEY not in (secret_obj.get("data") or {}):
+        return False
+    owners = [o.get("uid") for o in (secret_obj.get("metadata") or {}).get("ownerReferences") or []]
+    return not owners or job_uid in owners
 
 
 def job_id_of(obj: Obj) -> str | None:

@@ -116,11 +116,6 @@ class Kube:
             response.close()
             response.release_conn()
 
-    def patch_job(self, namespace: str, name: str, patch: Obj) -> Obj:
-        """A JSON merge patch (RFC 7386) of one Job."""
-        return self._json(self.batch.patch_namespaced_job, name, namespace, patch,
-                          _content_type="application/merge-patch+json")
-
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete a Job and (in the background) its pods; its Secret goes with it. 404 is done."""
         try:

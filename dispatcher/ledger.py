@@ -14,10 +14,13 @@ slot forever (the most-reported bug of the closest peer).
 A Job whose driver never started (see `app` and the start deadline) is
 `expire`d: its report is made then, and the Job is deleted to free the slot.
 The slot stays taken until the delete is seen, so the cap holds; that
-DELETED is not a second "vanished" death. A Job left suspended by a
-dispatcher that died between creating it and resuming it (`held`) is
-expired the same way while the main loop resumes or deletes it, and
-`unexpire`d once resumed.
+DELETED is not a second "vanished" death. So is a Job found without its
+token Secret (its creator died between the two creates): it gets a
+tombstone and is deleted, and that DELETED is not a death either.
+
+`secret_ok` says this process has seen to the Job's Secret (written it, or
+read it back); a Job seen unfinished without it is `unchecked`, and the main
+loop checks its Secret once.
 
 Relists: `sync` replaces what the watcher knows with a full list. An entry
 created after the list began cannot be in it and is kept; an entry created
@@ -57,7 +60,7 @@ class Entry:
     seen: bool = False  # observed through the watcher (list or watch)
     expired: bool = False  # past the start deadline: reported, and its delete sent
     created: float | None = None  # the Job's creationTimestamp (seconds since the epoch), once seen
-    held: bool = False  # last seen suspended (its create had not resumed it yet)
+    secret_ok: bool = False  # its token Secret was written or read back here
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,10 +93,11 @@ class Ledger:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def held(self, name: str) -> bool:
-        """The Job was last seen suspended, and is neither finished nor already being expired."""
+    def unchecked(self, name: str) -> bool:
+        """An unfinished Job seen here whose Secret nobody here has seen to (created by a process now gone)."""
         entry = self._entries.get(name)
-        return entry is not None and entry.phase is Phase.ACTIVE and entry.held and not entry.expired
+        return (entry is not None and entry.phase is Phase.ACTIVE and entry.seen and not entry.secret_ok
+                and not entry.expired)
 
     def oldest_age(self, *, now: float, wall: float) -> float:
         """Seconds the oldest unfinished, unexpired Job has existed (0.0 if none).
@@ -140,6 +144,12 @@ class Ledger:
                 entry.since = now
             self._set(entry, Phase.ACTIVE)
 
+    def secret_confirmed(self, name: str) -> None:
+        """The Job's Secret exists and serves it (written by the create here, or read back)."""
+        entry = self._entries.get(name)
+        if entry is not None:
+            entry.secret_ok = True
+
     def abandon(self, name: str) -> None:
         """The create failed for good: release the reservation."""
         entry = self._entries.get(name)
@@ -180,7 +190,6 @@ class Ledger:
             entry.created = starts.timestamp(meta.get("creationTimestamp"))
         entry.uid = str(meta.get("uid") or entry.uid)
         entry.job_id = entry.job_id or job_id
-        entry.held = jobspec.held(job)
         state = jobspec.finished(job)
         if state is None:
             if entry.phase is Phase.CREATING:

@@ -455,6 +455,9 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
+            # Reach a node's "kubelet" (kwok's server in the e2e stack: pod logs) at its InternalIP,
+            # not at its Hostname, which is a node name nothing resolves.
+            "--kubelet-preferred-address-types=InternalIP",
             f"--watch-cache-sizes={UNCACHED_RESOURCE}#0",
             "--v=1",
         ]).start()

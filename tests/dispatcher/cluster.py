@@ -147,7 +147,7 @@ def hold_waiting(api: kubernetes.client.ApiClient, namespace: str, pod: str, *, 
 
 def job_token(api: kubernetes.client.ApiClient, namespace: str, job_name: str) -> str:
     secret = kubernetes.client.CoreV1Api(api).read_namespaced_secret(job_name, namespace)
-    return base64.b64decode(secret.data["token"]).decode()
+    return base64.b64decode((secret.data or {})["token"]).decode()  # KeyError for a tombstone
 
 
 def control_plane_client(api: kubernetes.client.ApiClient) -> kubernetes.client.ApiClient:

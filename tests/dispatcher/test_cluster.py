@@ -279,7 +279,7 @@ def test_a_verb_outside_the_role_is_forbidden(control_plane: Any, rbac_kubeconfi
                      lambda: core.create_namespaced_pod(namespace, {"metadata": {"name": "x"}, "spec": {
                          "containers": [{"name": "c", "image": "x"}]}}),
                      lambda: core.delete_namespaced_secret("x", namespace),
-                     lambda: batch.replace_namespaced_job("x", namespace, {"metadata": {"name": "x"}}),
+                     lambda: batch.patch_namespaced_job("x", namespace, {"metadata": {"labels": {"a": "b"}}}),
                      lambda: batch.list_namespaced_job("default")):
             with pytest.raises(kubernetes.client.ApiException) as e:
                 call()
@@ -309,57 +309,65 @@ def test_recovers_after_the_apiserver_stops_and_starts(
         d.close()
 
 
-def test_held_jobs_left_by_a_dead_dispatcher_are_resumed_with_their_secret_or_deleted_unreported_without(
+def test_a_job_left_without_its_secret_is_tombstoned_and_deleted_unreported_and_its_run_dispatched_again(
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
-    """The two states a dispatcher killed inside a create leaves: a suspended Job with its Secret
-    (killed before the resume) and one without (killed before the Secret). Neither may hold its slot
-    for ever (the deadlock this replaced: a Job whose pod waited for a token nobody would write)."""
+    """What a dispatcher killed between its two creates leaves: a Job with no Secret, whose pod no
+    kubelet can start and whose token only the claim had. It must not hold its slot for ever (the
+    deadlock CI hit: MAX_INFLIGHT such Jobs and no claim, so the backend never offered the runs
+    again); a Job whose Secret is there is left alone."""
     batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
     with proc.Backend(lease=8) as backend:
-        with_secret, without_secret, third = (backend.enqueue() for _ in range(3))
+        kept, orphan, third = (backend.enqueue() for _ in range(3))
         d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
                                TCAB_DISPATCHER_MAX_INFLIGHT="2")
         config = settings.from_env(d.env)
         client = backend_client.Backend(url=backend.url, service_token=backend.token, timeout=10)
         try:
-            # What the dead dispatcher did: claimed two runs, created their Jobs suspended, one Secret.
-            claims = [client.claim(), client.claim()]
+            claims = [client.claim(), client.claim()]  # what the dead dispatcher did: two claims...
         finally:
             client.close()
-        assert [c.job_id for c in claims if c] == [with_secret["id"], without_secret["id"]]
+        assert [c.job_id for c in claims if c] == [kept["id"], orphan["id"]]
         uid = {}
-        for claim in claims:
+        for claim in claims:  # ...two Jobs...
             assert claim is not None
             uid[claim.job_id] = batch.create_namespaced_job(namespace, jobspec.job(claim, config)).metadata.uid
-        core.create_namespaced_secret(namespace, jobspec.secret(
-            with_secret["id"], with_secret["token"], config, job_uid=uid[with_secret["id"]]))
-        resumed, deleted = (jobspec.job_name(r["id"]) for r in (with_secret, without_secret))
+        assert claims[0] is not None  # ...and one Secret
+        core.create_namespaced_secret(namespace, jobspec.secret(claims[0], config, job_uid=uid[kept["id"]]))
+        kept_name, orphan_name = (jobspec.job_name(r["id"]) for r in (kept, orphan))
         try:
             d.start()
-            cluster.wait(lambda: cluster.driver_pod(api_client, namespace, resumed), what="the resumed Job's pod")
-            job = batch.read_namespaced_job(resumed, namespace)
-            assert (job.metadata.uid, job.spec.suspend) == (uid[with_secret["id"]], False)
-            # The other is deleted (it never made a pod), its slot goes to the next run, and nothing
-            # is reported: the run is still claimed, and the backend offers it again after its lease.
+            # The orphan gets a tombstone (no token key), then goes; its slot goes to the next run.
             third_name = jobspec.job_name(third["id"])
             cluster.wait(lambda: third_name in {j.metadata.name for j in cluster.jobs(api_client, namespace)},
                          what="the third run's Job in the freed slot")
-            assert backend.get(without_secret["id"])["state"] == "claimed"
-            assert not any(line.get("job") == deleted and "reported" in line["message"] for line in d.lines())
-            # A finish frees a slot for the run offered again: a new Job, resumed, with its own Secret.
-            pod = cluster.driver_pod(api_client, namespace, resumed)
+            assert orphan_name not in {j.metadata.name for j in cluster.jobs(api_client, namespace)}
+            assert batch.read_namespaced_job(kept_name, namespace).metadata.uid == uid[kept["id"]]
+            assert cluster.job_token(api_client, namespace, kept_name) == kept["token"]
+            # Nothing was reported for it: the run is still claimed, and is offered again after its lease.
+            assert backend.get(orphan["id"])["state"] == "claimed" and backend.get(orphan["id"])["reports"] == []
+            assert any(line["message"].startswith("driver job found without its token Secret")
+                       and line.get("job") == orphan_name for line in d.lines())
+            # A finish frees a slot for it: a new Job, with a Secret of its own holding the run's token
+            # (written once the tombstone, owned by the old Job, was collected).
+            pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, kept_name), what="the kept pod")
             cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=0, reason="Completed")
 
             def redispatched() -> Any:
-                job = next((j for j in cluster.jobs(api_client, namespace) if j.metadata.name == deleted), None)
-                return job if job is not None and job.metadata.uid != uid[without_secret["id"]] else None
+                job = next((j for j in cluster.jobs(api_client, namespace) if j.metadata.name == orphan_name), None)
+                return job if job is not None and job.metadata.uid != uid[orphan["id"]] else None
 
             again = cluster.wait(redispatched, what="the run offered again to get a new Job")
-            cluster.wait(lambda: cluster.driver_pod(api_client, namespace, deleted), what="its pod")
-            assert not batch.read_namespaced_job(deleted, namespace).spec.suspend
-            secret = core.read_namespaced_secret(deleted, namespace)
-            assert [o.uid for o in secret.metadata.owner_references] == [again.metadata.uid]
-            assert cluster.job_token(api_client, namespace, deleted) == without_secret["token"]
+
+            def own_secret() -> Any:
+                try:
+                    secret = core.read_namespaced_secret(orphan_name, namespace)
+                except kubernetes.client.ApiException:
+                    return None
+                owners = [o.uid for o in secret.metadata.owner_references or []]
+                return secret if owners == [again.metadata.uid] else None
+
+            cluster.wait(own_secret, what="the new Job's own Secret")
+            assert cluster.job_token(api_client, namespace, orphan_name) == orphan["token"]
             assert d.terminate() == 0
         finally:
             d.close()
@@ -378,10 +386,8 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
         pause, paused = threading.Event(), threading.Event()
 
         def observe() -> None:
-            # Every Job ever released (resumed: able to make its pod), by uid; the peak of unfinished
-            # ones, held or not. A held Job deleted for want of its token never made a pod, so it is
-            # not a dispatch. Short watches, each resumed from the last resourceVersion, so the thread
-            # ends soon after `stop`.
+            # Every Job ever created, by uid; the peak of unfinished ones. Short watches, each resumed
+            # from the last resourceVersion, so the thread ends soon after `stop`.
             resource_version = ""
             with cluster.control_plane_client(api_client) as api:
                 while not stop.is_set():
@@ -390,15 +396,15 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                             resource_version=resource_version):
                         job = event["object"]
                         resource_version = job.metadata.resource_version
-                        if not job.spec.suspend:
-                            uids[job.metadata.name].add(job.metadata.uid)
+                        uids[job.metadata.name].add(job.metadata.uid)
                         if event["type"] == "DELETED":
                             state.pop(job.metadata.name, None)
                         else:
                             state[job.metadata.name] = cluster.unfinished(job)
                         peak[0] = max(peak[0], sum(state.values()))
 
-        tokenless: set[str] = set()  # driver pods made while their Secret did not exist: must stay empty
+        ran: dict[str, set[str]] = collections.defaultdict(set)  # run -> uids of the Jobs whose driver ran
+        refused: list[tuple[str, int]] = []  # a driver's report the backend did not take: must stay empty
 
         def kubelet_and_driver() -> None:
             # Plays each driver: says "succeeded" with its token, then its pod ends.
@@ -416,18 +422,18 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                     run_id = pod.metadata.labels["test-cabinet/job-id"]
                     try:
                         token = cluster.job_token(api_client, namespace, name)
-                    except kubernetes.client.ApiException as e:
-                        if e.status == 404:  # a kubelet would hold this pod forever
-                            tokenless.add(pod.metadata.name)
-                        continue
-                    backend.call("POST", f"/jobs/{run_id}/status", {"status": "succeeded"}, token=token)
+                    except (kubernetes.client.ApiException, KeyError):
+                        continue  # no Secret yet, or a tombstone: a kubelet cannot start the container
+                    ran[name].add(pod.metadata.owner_references[0].uid)
+                    code, _ = backend.call("POST", f"/jobs/{run_id}/status", {"status": "succeeded"}, token=token)
+                    if code != 200:
+                        refused.append((name, code))
                     cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=0, reason="Completed")
                     done.add(pod.metadata.name)
                 time.sleep(0.1)
 
         def all_ended() -> bool:
             assert all(t.is_alive() for t in threads), "a helper thread died (its traceback is above)"
-            assert not tokenless, f"driver pods without their Secret: {sorted(tokenless)}"
             return all(r["state"] == "succeeded" for r in backend.runs())
 
         threads = [threading.Thread(target=observe), threading.Thread(target=kubelet_and_driver)]
@@ -457,7 +463,8 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                 t.join(timeout=30)
             d.close()
         assert not any(t.is_alive() for t in threads)
-        assert {name: ids for name, ids in uids.items() if len(ids) > 1} == {}, "a run was dispatched twice"
-        assert set(runs) <= {n.removeprefix("tcab-run-") for n in uids}
-        assert not tokenless, f"driver pods without their Secret: {sorted(tokenless)}"
+        # A Job deleted for want of its token (a tombstone) never ran its driver: it is not a dispatch.
+        assert {name: ids for name, ids in ran.items() if len(ids) > 1} == {}, "a run's driver ran twice"
+        assert refused == [], "a driver reported for a run that had already ended"
+        assert set(runs) <= {n.removeprefix("tcab-run-") for n in ran}
         assert peak[0] <= max_inflight

@@ -95,8 +95,7 @@ def test_the_driver_job_has_exactly_the_seed_environment_and_no_token_literal() 
     assert container["env"][3]["value"] == '{"a":[2],"b":1}'
     assert container["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
     assert (job["spec"]["backoffLimit"], job["spec"]["template"]["spec"]["restartPolicy"]) == (0, "Never")
-    assert job["spec"]["suspend"] is True and jobspec.held(job)  # no pod until its Secret exists
-    secret = jobspec.secret(CLAIM.job_id, CLAIM.token, config(), job_uid="u-1")
+    secret = jobspec.secret(CLAIM, config(), job_uid="u-1")
     assert secret["stringData"] == {"token": "tok-123"}
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "u-1"
 
@@ -116,20 +115,35 @@ def job(name: str, *, state: str | None = None) -> dict[str, object]:
             "status": {"conditions": conditions}}
 
 
-def test_a_held_job_is_one_seen_suspended_unfinished_and_not_already_taken_up() -> None:
+def test_a_tombstone_has_no_token_key_and_serves_no_job_and_a_secret_serves_only_its_own_job() -> None:
+    def read_back(obj: dict[str, object]) -> dict[str, object]:  # as the apiserver answers: data, not stringData
+        string_data = obj.pop("stringData", None) or {}
+        return {**obj, "data": {**(obj.get("data") or {}), **{k: "eA==" for k in string_data}}}
+
+    stone = jobspec.tombstone(CLAIM.job_id, config(), job_uid="u-1")
+    assert stone["metadata"]["name"] == jobspec.job_name(CLAIM.job_id) and stone["data"] == {}
+    assert stone["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert not jobspec.serves(read_back(stone), "u-1")
+    own = read_back(jobspec.secret(CLAIM, config(), job_uid="u-1"))
+    assert jobspec.serves(own, "u-1")
+    assert not jobspec.serves(own, "u-2")  # an earlier Job's Secret: collected with that Job
+    unowned = {**own, "metadata": {**own["metadata"], "ownerReferences": []}}
+    assert jobspec.serves(unowned, "u-2")
+
+
+def test_a_job_is_unchecked_until_its_secret_is_seen_to_here() -> None:
     book = ledger.Ledger(max_inflight=4)
-    suspended = {**job("a"), "spec": {"suspend": True}}
-    book.observe("ADDED", suspended, now=1)
-    assert book.held("a") and book.unfinished() == 1  # it holds its slot while held
-    assert book.expire("a") and not book.held("a")  # taken up: resumed or deleted, not a death
-    assert book.observe("DELETED", suspended, now=2) == [] and book.unfinished() == 0
-    book.observe("ADDED", suspended, now=3)
-    book.observe("MODIFIED", {**job("a"), "spec": {"suspend": False}}, now=4)
-    assert not book.held("a")
-    book.reserve(name="b", job_id="b", now=5)
-    assert not book.held("b")  # a create in hand here is not held, whatever it looks like
-    book.observe("ADDED", {**job("c", state="Failed"), "spec": {"suspend": True}}, now=6)
-    assert not book.held("c")
+    book.observe("ADDED", job("a"), now=1)  # found by the watcher: created by a process now gone
+    assert book.unchecked("a") and book.unfinished() == 1  # it holds its slot until checked
+    book.secret_confirmed("a")
+    assert not book.unchecked("a")
+    book.observe("ADDED", job("b"), now=1)
+    assert book.expire("b") and not book.unchecked("b")  # tombstoned: being deleted, not a death
+    assert book.observe("DELETED", job("b"), now=2) == [] and book.unfinished() == 1
+    book.reserve(name="c", job_id="c", now=3)
+    assert not book.unchecked("c")  # a create in hand here
+    book.observe("ADDED", job("d", state="Complete"), now=4)
+    assert not book.unchecked("d")  # finished: nothing can start any more
 
 
 def test_the_ledger_caps_and_releases_on_finish_and_on_delete() -> None:

@@ -15,7 +15,11 @@ kwok drives the fake nodes and their pods through Stages: kwok's own
 node-initialize, pod-ready and pod-delete stages (read from its module), and
 one of ours, `pod-exit`, which ends a Running pod with the exit code the test
 wrote into the EXIT_CODE_ANNOTATION: the exit code of the real container the
-test ran for that pod (tests/e2e/execute.py).
+test ran for that pod (tests/e2e/execute.py), and the reason in the
+EXIT_REASON_ANNOTATION if there is one. kwok also plays the kubelet's server
+(TLS, on loopback, its nodes' InternalIP and port): `pods/log` of any
+container named `driver` answers with `driver_log`, a CRI-format file the test
+writes (kwok's ClusterLogs).
 
 Invariants:
 - Every port (webhook, metrics, health) is a free port chosen here; nothing
@@ -60,6 +64,9 @@ KWOK = ("sigs.k8s.io/kwok", "v0.8.0")
 
 # The pod annotation our kwok stage turns into the container's termination.
 EXIT_CODE_ANNOTATION = "e2e.dispatch.phpboyscout.uk/exit-code"
+EXIT_REASON_ANNOTATION = "e2e.dispatch.phpboyscout.uk/exit-reason"
+# The container whose log kwok serves from `Stack.driver_log`.
+LOGGED_CONTAINER = "driver"
 # Nodes kwok manages carry this annotation (kwok's own convention).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
@@ -145,6 +152,7 @@ class Stack:
         self._webhooks: list[dict[str, Any]] = []
         self.cert_dir = self.workdir / "webhook-certs"
         self.ca_bundle = ""
+        self.driver_log = self.workdir / "driver-container.log"
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -344,12 +352,19 @@ class Stack:
                   *_yaml_docs(root / "pod/fast/pod-ready.yaml"),
                   *_yaml_docs(root / "pod/fast/pod-delete.yaml"),
                   *_yaml_docs(HERE / "kwok-stages.yaml")]
+        self.driver_log.write_text("")
+        logs = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "e2e-driver"},
+                "spec": {"logs": [{"containers": [LOGGED_CONTAINER], "logsFile": str(self.driver_log)}]}}
         config = self.workdir / "kwok.yaml"
-        config.write_text(yaml.safe_dump_all(stages))
+        config.write_text(yaml.safe_dump_all([*stages, logs]))
+        port = harness.free_port()
         self._run("kwok", [
             str(self.bin_dir / "kwok"), f"--kubeconfig={self.plane.kubeconfig}", f"--config={config}",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
             "--manage-all-nodes=false",
+            # The kubelet's server for pods/log: the apiserver dials each node's InternalIP and port.
+            f"--server-address=127.0.0.1:{port}", "--node-ip=127.0.0.1", f"--node-port={port}",
+            f"--tls-cert-file={self.cert_dir / 'tls.crt'}", f"--tls-private-key-file={self.cert_dir / 'tls.key'}",
         ], env={"HOME": str(self.workdir)})  # kwok also reads ~/.kwok/kwok.yaml: keep the user's out
 
     def _start_dispatch_controller(self) -> None:
