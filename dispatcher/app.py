@@ -221,6 +221,12 @@ class Dispatcher:
                 return
             name = jobspec.job_name(claim.job_id)
             entry = self.ledger.get(name)
+            if entry is not None and entry.expired:
+                # Its Job is being deleted (it never started, or never had its Secret): the claim goes
+                # unused and the backend offers the run again after its lease, to a Job made afresh.
+                log.info("claim offered again for a job being deleted; left for the backend to offer again",
+                         extra=logs.fields(job=name, job_id=claim.job_id))
+                continue
             fresh = self.ledger.reserve(name=name, job_id=claim.job_id, now=now)
             self.tokens[name] = claim.token
             uid = "" if fresh or entry is None else entry.uid
@@ -325,7 +331,7 @@ class Dispatcher:
         its token (only the claim had it), and with the tombstone in place its container can never
         start, so deleting the Job cannot kill a driver that ran."""
         ns, fields = self.config.namespace, {"job": pending.name, "job_id": pending.job_id}
-        uid = str(((pending.job or {}).get("metadata") or {}).get("uid") or "")
+        uid = _uid(pending.job)
         try:
             try:
                 found: dict[str, Any] | None = self.kube.get_secret(ns, pending.name)
@@ -354,13 +360,16 @@ class Dispatcher:
             return False
 
     def _checked(self, pending: Pending) -> None:
+        entry = self.ledger.get(pending.name)
+        if entry is None or entry.uid != _uid(pending.job):
+            return  # that Job is gone; another of the same name is judged on its own
         if pending.outcome == "ok":
             self.ledger.secret_confirmed(pending.name)
         elif pending.outcome == "tombstoned" and self.ledger.expire(pending.name):
             log.warning("driver job found without its token Secret (its creator stopped between the two "
                         "creates); deleting it, unreported: the backend will offer the run again",
                         extra=logs.fields(job=pending.name, job_id=pending.job_id))
-            self.reports[pending.name] = Pending("orphan", pending.name, pending.job_id, None)
+            self.reports[pending.name] = Pending("orphan", pending.name, pending.job_id, pending.job)
 
     # -- the start deadline -------------------------------------------------
 
@@ -456,11 +465,12 @@ class Dispatcher:
         fields = {"job": pending.name, "job_id": pending.job_id}
         if pending.kind == "orphan":  # nothing to report: its driver never ran
             try:
-                self.kube.delete_job(self.config.namespace, pending.name)
+                self.kube.delete_job(self.config.namespace, pending.name, uid=_uid(pending.job))
             except (kube.ApiError, kube.Unavailable) as e:
-                log.warning("cannot delete a driver job without its token; retrying",
-                            extra=logs.fields(**fields, error=str(e)))
-                return False
+                if not (isinstance(e, kube.ApiError) and e.status == 409):  # 409: that Job is gone already
+                    log.warning("cannot delete a driver job without its token; retrying",
+                                extra=logs.fields(**fields, error=str(e)))
+                    return False
             pending.job_deleted = True
             return True
         try:
@@ -518,6 +528,10 @@ class Dispatcher:
         if deleted:
             log.info("sandbox pods reaped", extra=logs.fields(job=pending.name, job_id=pending.job_id, pods=deleted))
         return True
+
+
+def _uid(job: dict[str, Any] | None) -> str:
+    return str(((job or {}).get("metadata") or {}).get("uid") or "")
 
 
 def main(environ: dict[str, str] | None = None) -> int:

@@ -116,10 +116,16 @@ class Kube:
             response.close()
             response.release_conn()
 
-    def delete_job(self, namespace: str, name: str) -> None:
-        """Delete a Job and (in the background) its pods; its Secret goes with it. 404 is done."""
+    def delete_job(self, namespace: str, name: str, *, uid: str = "") -> None:
+        """Delete a Job and (in the background) its pods; its Secret goes with it. 404 is done.
+
+        With `uid`, only that Job: another Job of the same name answers 409 (a precondition failed).
+        """
+        body: Obj = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
-            self._call(self.batch.delete_namespaced_job, name, namespace, propagation_policy="Background")
+            self._call(self.batch.delete_namespaced_job, name, namespace, body=body)
         except ApiError as e:
             if e.status != 404:
                 raise

@@ -18,7 +18,7 @@ import kubernetes.watch
 import pytest
 
 from dispatcher import backend as backend_client
-from dispatcher import jobspec, settings
+from dispatcher import jobspec, kube, settings
 from tests.controlplane import harness
 from tests.dispatcher import cluster
 from tests.refbackend import proc
@@ -268,6 +268,28 @@ def test_a_driver_that_never_starts_is_reported_once_past_the_start_deadline_and
         assert d.terminate() == 0
     finally:
         d.close()
+
+
+def test_a_delete_by_uid_spares_a_newer_job_of_the_same_name(
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
+    """A tombstoned Job is deleted by uid: if its run already has a new Job of that name, it stays."""
+    batch = kubernetes.client.BatchV1Api(api_client)
+    config = settings.from_env({"TCAB_BACKEND_URL": "http://127.0.0.1:1", "TCAB_BACKEND_SERVICE_TOKEN": "t",
+                                "TCAB_DISPATCHER_DRIVER_IMAGE": cluster.IMAGE, "TCAB_DISPATCHER_NAMESPACE": namespace})
+    claim = backend_client.Claim(job_id="same-name", token="t", launch_request={})
+    name = jobspec.job_name(claim.job_id)
+    newer = batch.create_namespaced_job(namespace, jobspec.job(claim, config)).metadata.uid
+    client = kube.Kube(kubeconfig=rbac_kubeconfig)
+    try:
+        with pytest.raises(kube.ApiError) as e:
+            client.delete_job(namespace, name, uid="0f1e2d3c-0000-4000-8000-000000000000")
+        assert e.value.status == 409
+        assert batch.read_namespaced_job(name, namespace).metadata.uid == newer
+        client.delete_job(namespace, name, uid=newer)
+        cluster.wait(lambda: name not in {j.metadata.name for j in cluster.jobs(api_client, namespace)},
+                     what="the Job deleted by its own uid")
+    finally:
+        client.close()
 
 
 def test_a_verb_outside_the_role_is_forbidden(control_plane: Any, rbac_kubeconfig: str, namespace: str) -> None:
