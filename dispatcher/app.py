@@ -66,6 +66,7 @@ class Pending:
     job_deleted: bool = False
     retry_after: float | None = None  # the backend's Retry-After on the last attempt
     outcome: str = ""  # of a Secret check: "ok" or "tombstoned"
+    uid: str = ""  # of the Job a Secret check or an orphan's delete is about
     backoff: backoff.Backoff = dataclasses.field(default_factory=lambda: backoff.Backoff(base=0.5, cap=60.0))
 
 
@@ -324,14 +325,13 @@ class Dispatcher:
             return
         entry = self.ledger.get(name)
         assert entry is not None
-        self.checks[name] = Pending("unchecked", name, entry.job_id, {"metadata": {"uid": entry.uid}})
+        self.checks[name] = Pending("unchecked", name, entry.job_id, None, uid=entry.uid)
 
     def _check_secret(self, pending: Pending) -> bool:
         """Does the Job's Secret serve it? If there is none, write a tombstone: the Job can never have
         its token (only the claim had it), and with the tombstone in place its container can never
         start, so deleting the Job cannot kill a driver that ran."""
-        ns, fields = self.config.namespace, {"job": pending.name, "job_id": pending.job_id}
-        uid = _uid(pending.job)
+        ns, fields, uid = self.config.namespace, {"job": pending.name, "job_id": pending.job_id}, pending.uid
         try:
             try:
                 found: dict[str, Any] | None = self.kube.get_secret(ns, pending.name)
@@ -351,7 +351,7 @@ class Dispatcher:
             if jobspec.serves(found, uid):
                 pending.outcome = "ok"
                 return True
-            if reporter.token_from_secret(found) is None:
+            if not jobspec.has_token(found):
                 pending.outcome = "tombstoned"  # written by an earlier check that did not get to the delete
                 return True
             return False  # an earlier Job's Secret, about to be collected: look again after it
@@ -361,7 +361,7 @@ class Dispatcher:
 
     def _checked(self, pending: Pending) -> None:
         entry = self.ledger.get(pending.name)
-        if entry is None or entry.uid != _uid(pending.job):
+        if entry is None or entry.uid != pending.uid:
             return  # that Job is gone; another of the same name is judged on its own
         if pending.outcome == "ok":
             self.ledger.secret_confirmed(pending.name)
@@ -369,7 +369,7 @@ class Dispatcher:
             log.warning("driver job found without its token Secret (its creator stopped between the two "
                         "creates); deleting it, unreported: the backend will offer the run again",
                         extra=logs.fields(job=pending.name, job_id=pending.job_id))
-            self.reports[pending.name] = Pending("orphan", pending.name, pending.job_id, pending.job)
+            self.reports[pending.name] = Pending("orphan", pending.name, pending.job_id, None, uid=pending.uid)
 
     # -- the start deadline -------------------------------------------------
 
@@ -465,7 +465,7 @@ class Dispatcher:
         fields = {"job": pending.name, "job_id": pending.job_id}
         if pending.kind == "orphan":  # nothing to report: its driver never ran
             try:
-                self.kube.delete_job(self.config.namespace, pending.name, uid=_uid(pending.job))
+                self.kube.delete_job(self.config.namespace, pending.name, uid=pending.uid)
             except (kube.ApiError, kube.Unavailable) as e:
                 if not (isinstance(e, kube.ApiError) and e.status == 409):  # 409: that Job is gone already
                     log.warning("cannot delete a driver job without its token; retrying",
@@ -528,10 +528,6 @@ class Dispatcher:
         if deleted:
             log.info("sandbox pods reaped", extra=logs.fields(job=pending.name, job_id=pending.job_id, pods=deleted))
         return True
-
-
-def _uid(job: dict[str, Any] | None) -> str:
-    return str(((job or {}).get("metadata") or {}).get("uid") or "")
 
 
 def main(environ: dict[str, str] | None = None) -> int:

@@ -144,13 +144,18 @@ def tombstone(job_id: str, config: settings.Settings, *, job_uid: str) -> Obj:
     return {**_owned_secret(job_id, config, job_uid), "data": {}}
 
 
+def has_token(secret_obj: Obj) -> bool:
+    """False for a tombstone."""
+    return names.TOKEN_KEY in (secret_obj.get("data") or {})
+
+
 def serves(secret_obj: Obj, job_uid: str) -> bool:
     """True if this Secret gives the Job with `job_uid` its token and stays as long as the Job does.
 
     False for a tombstone (no token key) and for a Secret owned by another Job of the same name (an
     earlier Job of the run, deleted: the garbage collector is about to delete its Secret too).
     """
-    if names.TOKEN_KEY not in (secret_obj.get("data") or {}):
+    if not has_token(secret_obj):
         return False
     owners = [o.get("uid") for o in (secret_obj.get("metadata") or {}).get("ownerReferences") or []]
     return not owners or job_uid in owners
