@@ -22,10 +22,10 @@ images: venv
 	bash scripts/build-images.sh
 
 controlplane: deps
-	bash tests/controlplane/build.sh
+	bash devcluster/build-controlplane.sh
 
 controllers: deps
-	bash tests/e2e/build.sh
+	bash devcluster/build-controllers.sh
 
 e2e: venv images controlplane controllers
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e
@@ -43,10 +43,10 @@ demo: venv images
 	bash scripts/demo.sh
 
 cluster-up: venv controlplane
-	$(PY) -m tests.controlplane.harness up
+	$(PY) -m devcluster.harness up
 
 cluster-down: venv
-	$(PY) -m tests.controlplane.harness down
+	$(PY) -m devcluster.harness down
 
 bench: venv images controlplane
 	$(PY) bench/prologue

@@ -1,1 +1,1 @@
-"""The project's tests; a package so that `python -m tests.controlplane.harness` works."""
+"""The project's tests, grouped by behaviour."""

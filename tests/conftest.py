@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import kubernetes.client
 import pytest
 
-from tests.controlplane import harness
+from devcluster import harness
 
 _planes: list[harness.ControlPlane | harness.ExistingCluster] = []
 # Each log file's size when the test's setup began: the test's part starts there.

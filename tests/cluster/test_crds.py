@@ -11,7 +11,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from tests.controlplane import harness
+from devcluster import harness
 from toolkit import render, request
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "start-request.yaml"

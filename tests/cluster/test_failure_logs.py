@@ -28,7 +28,7 @@ import pytest
 
 from tests import conftest as shared
 from tests.conftest import pytest_runtest_makereport, pytest_runtest_setup  # noqa: F401 - the hooks under test
-from tests.controlplane import harness
+from devcluster import harness
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import kubernetes.client
 import kubernetes.config
 import pytest
 
-from tests.controlplane import harness
+from devcluster import harness
 
 pytestmark = pytest.mark.cluster
 
@@ -58,7 +58,7 @@ def test_apiserver_restart_keeps_data_and_port(
 
 CHILD = """
 import json, sys, time
-from tests.controlplane import harness
+from devcluster import harness
 plane = harness.ControlPlane(bin_dir=harness.pathlib.Path(sys.argv[1]), scheduler=False, crds=False).start()
 print(json.dumps({"pids": plane.pids(), "workdir": str(plane.workdir), "server": plane.server,
                   "etcd": plane.etcd_url}), flush=True)

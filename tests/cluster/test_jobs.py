@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import kubernetes.client
 import pytest
 
-from tests.controlplane import harness
+from devcluster import harness
 
 pytestmark = pytest.mark.cluster
 

@@ -13,11 +13,11 @@ import subprocess
 
 import pytest
 
-from tests.controlplane import harness
+from devcluster import harness
 
 pytestmark = pytest.mark.cluster
 
-BUILD_SH = harness.HERE / "build.sh"
+BUILD_SH = harness.HERE / "build-controlplane.sh"
 KUBE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 

@@ -8,7 +8,7 @@ import kubernetes.client
 import kubernetes.config
 import pytest
 
-from tests.controlplane import harness
+from devcluster import harness
 
 pytestmark = pytest.mark.cluster
 

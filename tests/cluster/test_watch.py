@@ -8,7 +8,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from tests.controlplane import harness
+from devcluster import harness
 
 pytestmark = pytest.mark.cluster
 

@@ -19,7 +19,7 @@ import pytest
 
 from dispatcher import backend as backend_client
 from dispatcher import jobspec, kube, settings
-from tests.controlplane import harness
+from devcluster import harness
 from tests.dispatcher import cluster
 from tests.refbackend import proc
 

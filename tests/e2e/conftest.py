@@ -1,5 +1,5 @@
 """Fixtures of the end-to-end suite: a control plane of its own with the real
-Trainer, JobSet and Kueue controllers and kwok on it (tests/e2e/stack.py).
+Trainer, JobSet and Kueue controllers and kwok on it (devcluster/stack.py).
 
 The e2e plane is not the session's shared `control_plane`: installing
 Trainer's and JobSet's webhooks changes how every TrainJob and pod is
@@ -12,7 +12,7 @@ to its report.
 Nothing is left running, and that is checked: every process group the plane
 and the stack started is recorded, and at the end of the session none may
 still have a live process, nor may any container this session ran with podman
-(tests/e2e/execute.py labels them) still exist. A leftover fails the session
+(devcluster/execute.py labels them) still exist. A leftover fails the session
 (an error in the last test's teardown) and is then cleaned up.
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.controlplane import harness
-from tests.e2e import stack as stack_mod
+from devcluster import harness
+from devcluster import stack as stack_mod
 
 NODES = ("kwok-node-0", "kwok-node-1")
 

@@ -15,7 +15,7 @@ import kubernetes.client
 
 from dispatcher import jobspec
 from tests.dispatcher import cluster
-from tests.e2e import stack as stack_mod
+from devcluster import stack as stack_mod
 from tests.refbackend import proc
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e import execute, flow
+from devcluster import execute, scenario as flow
 
 
 def _ran(epoch: int, token: str) -> execute.Execution:

@@ -18,49 +18,21 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from tests.e2e import flow, stack as stack_mod
-from tests.e2e.flow import Scenario
+from devcluster import scenario as flow, stack as stack_mod
+from devcluster.scenario import Scenario
 from toolkit import names, raising
 from toolkit.controller import admission
 
 E2E_KUEUE = True  # read by the stack fixture
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
-
-
-def _create(custom: kubernetes.client.CustomObjectsApi, plural: str, body: dict[str, Any],
-            namespace: str | None = None) -> None:
-    body = {"apiVersion": "/".join(KUEUE), **body}
-    if namespace:
-        custom.create_namespaced_custom_object(*KUEUE, namespace, plural, body)
-    else:
-        custom.create_cluster_custom_object(*KUEUE, plural, body)
 
 
 @pytest.fixture
 def queues(stack: stack_mod.Stack, e2e_namespace: str) -> Iterator[str]:
-    """ResourceFlavor, our AdmissionCheck, a ClusterQueue of 1.5 CPU, room for one TrainJob of 1 CPU (the
-    sidecar's requests are CPU and memory, so both are covered) that
-    requires it and preempts lower priorities, a LocalQueue; two priorities."""
-    suffix = e2e_namespace
+    """The Kueue objects of `scenario.kueue_queues`, named after the namespace."""
     with stack.plane.api_client() as api:
-        custom = kubernetes.client.CustomObjectsApi(api)
-        _create(custom, "resourceflavors", {"kind": "ResourceFlavor", "metadata": {"name": f"rf-{suffix}"}})
-        _create(custom, "admissionchecks", {"kind": "AdmissionCheck", "metadata": {"name": f"ac-{suffix}"},
-                                            "spec": {"controllerName": admission.CONTROLLER_NAME}})
-        _create(custom, "clusterqueues", {"kind": "ClusterQueue", "metadata": {"name": f"cq-{suffix}"}, "spec": {
-            "namespaceSelector": {},
-            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
-                {"name": f"rf-{suffix}", "resources": [{"name": "cpu", "nominalQuota": "1500m"},
-                                                       {"name": "memory", "nominalQuota": "64Gi"}]}]}],
-            "admissionChecksStrategy": {"admissionChecks": [{"name": f"ac-{suffix}"}]},
-            "preemption": {"withinClusterQueue": "LowerPriority"},
-        }})
-        for name, value in (("low", 10), ("high", 1000)):
-            _create(custom, "workloadpriorityclasses", {"kind": "WorkloadPriorityClass",
-                                                        "metadata": {"name": f"{name}-{suffix}"}, "value": value})
-        _create(custom, "localqueues", {"kind": "LocalQueue", "metadata": {"name": "lq"},
-                                        "spec": {"clusterQueue": f"cq-{suffix}"}}, namespace=e2e_namespace)
-        yield suffix
+        flow.kueue_queues(api, suffix=e2e_namespace, namespace=e2e_namespace,
+                          check_controller=admission.CONTROLLER_NAME)
+        yield e2e_namespace
 
 
 def _admitted_at(scenario: Scenario, check: str, pods: list[dict[str, Any]]) -> int:

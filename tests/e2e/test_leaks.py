@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.e2e import execute, flow, stack as stack_mod
+from devcluster import execute, scenario as flow, stack as stack_mod
 
 
 def _pod(command: list[str]) -> dict:

@@ -1,8 +1,8 @@
 """End to end in plain mode, on the real Trainer and JobSet controllers and
-kwok (tests/e2e/stack.py): the toolkit starts and opens a TrainJob, Trainer
+kwok (devcluster/stack.py): the toolkit starts and opens a TrainJob, Trainer
 builds the JobSet, JobSet the Jobs, the job controller the pods, the
 scheduler places them on kwok's nodes and kwok runs them; the test then runs
-each pod's real container with podman (tests/e2e/execute.py) and ends the pod
+each pod's real container with podman (devcluster/execute.py) and ends the pod
 with that container's exit code.
 
 What every scenario checks: each pod carries our admission annotation and
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e import flow, stack as stack_mod
-from tests.e2e.flow import GENERATION, SUBMISSION, Scenario
+from devcluster import scenario as flow, stack as stack_mod
+from devcluster.scenario import GENERATION, SUBMISSION, Scenario
 from toolkit import adapter, kube, names
 
 

@@ -30,8 +30,8 @@ import kubernetes.utils
 import pytest
 import yaml
 
-from tests.e2e import flow, stack as stack_mod
-from tests.e2e.flow import Scenario
+from devcluster import scenario as flow, stack as stack_mod
+from devcluster.scenario import Scenario
 from tests.sidecar import test_sidecar_cluster as sidecar_kit
 from toolkit import adapter, kube, names, raising
 

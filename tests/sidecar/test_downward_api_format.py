@@ -27,7 +27,7 @@ def formatmap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pathlib.Path
     binary = tmp_path_factory.mktemp("formatmap") / "formatmap"
     # Built in the control plane's module, which pins k8s.io/kubernetes.
     subprocess.run(["go", "build", "-o", str(binary), str(REPO / "tests/sidecar/formatmap/main.go")],
-                   cwd=REPO / "tests/controlplane", check=True)
+                   cwd=REPO / "devcluster", check=True)
     yield binary
 
 

@@ -25,7 +25,7 @@ import kubernetes.utils
 import pytest
 import yaml
 
-from tests.controlplane import harness
+from devcluster import harness
 from toolkit import names
 
 pytestmark = pytest.mark.cluster

@@ -24,7 +24,7 @@ import docker
 import pytest
 
 from tests import containers
-from tests.controlplane import harness
+from devcluster import harness
 from tests.sidecar import test_sidecar_cluster as cluster
 from toolkit import names
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.controlplane import harness
+from devcluster import harness
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.controlplane import harness
+from devcluster import harness
 from toolkit import names
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

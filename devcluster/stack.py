@@ -1,6 +1,6 @@
 """The real controllers on top of the test control plane: Kubeflow Trainer's
 controller manager, JobSet's controller, Kueue's manager and kwok, each built
-by tests/e2e/build.sh from its own Go module at its pinned release.
+by devcluster/build-controllers.sh from its own Go module at its pinned release.
 
 None of the three controllers works without its admission webhooks, so they
 are served for real, on loopback, the way controller-runtime's envtest does it
@@ -15,7 +15,7 @@ kwok drives the fake nodes and their pods through Stages: kwok's own
 node-initialize, pod-ready and pod-delete stages (read from its module), and
 one of ours, `pod-exit`, which ends a Running pod with the exit code the test
 wrote into the EXIT_CODE_ANNOTATION: the exit code of the real container the
-test ran for that pod (tests/e2e/execute.py), and the reason in the
+test ran for that pod (devcluster/execute.py), and the reason in the
 EXIT_REASON_ANNOTATION if there is one. kwok also plays the kubelet's server
 (TLS, on loopback, its nodes' InternalIP and port): `pods/log` of any
 container named `driver` answers with `driver_log`, a CRI-format file the test
@@ -51,8 +51,8 @@ from typing import Any
 import kubernetes.client
 import yaml
 
-from tests.controlplane import harness
-from tests.e2e import execute
+from devcluster import harness
+from devcluster import execute
 
 HERE = pathlib.Path(__file__).resolve().parent
 READY_TIMEOUT_SECONDS = 120.0
@@ -81,10 +81,10 @@ KUEUE_WEBHOOK_RESOURCES = {
 
 
 def build_binaries() -> pathlib.Path:
-    """Run build.sh (a no-op when cached) and return the bin dir it prints."""
-    proc = subprocess.run(["bash", str(HERE / "build.sh")], stdout=subprocess.PIPE, text=True, check=False)
+    """Run build-controllers.sh (a no-op when cached) and return the bin dir it prints."""
+    proc = subprocess.run(["bash", str(HERE / "build-controllers.sh")], stdout=subprocess.PIPE, text=True, check=False)
     if proc.returncode != 0:
-        raise harness.HarnessError(f"tests/e2e/build.sh failed with exit {proc.returncode}")
+        raise harness.HarnessError(f"devcluster/build-controllers.sh failed with exit {proc.returncode}")
     return pathlib.Path(proc.stdout.strip().splitlines()[-1])
 
 
@@ -375,7 +375,7 @@ class Stack:
             sys.executable, "-c", "import sys; from toolkit import cli_cluster; cli_cluster.controller_cmd(sys.argv[1:])",
             f"--kubeconfig={self.plane.kubeconfig}", "--no-leader-elect",
             "--health-host=127.0.0.1", f"--health-port={health}", "--workers=2",
-        ], env={"HOME": str(self.workdir), "PYTHONPATH": str(HERE.parent.parent)})
+        ], env={"HOME": str(self.workdir), "PYTHONPATH": str(HERE.parent)})
         self._wait_ready("dispatch-controller", health)
 
     def add_node(self, api: kubernetes.client.ApiClient, name: str, *, cpu: str = "8", memory: str = "16Gi",

@@ -1,6 +1,6 @@
 """One e2e scenario's moving parts: a runtime fit for dispatch, a TrainJob
 started through the toolkit, the pods the real controllers made for it, and
-every execution of their containers (tests/e2e/execute.py).
+every execution of their containers (devcluster/execute.py).
 
 The identity rule every scenario ends with (`check_identities`): across the
 executions of one TrainJob the epochs strictly increase and the attempt
@@ -18,7 +18,7 @@ from typing import Any
 
 import kubernetes.client
 
-from tests.e2e import execute, stack as stack_mod
+from devcluster import execute, stack as stack_mod
 from toolkit import adapter, kube, names, render
 from toolkit import request as request_mod
 
@@ -200,3 +200,40 @@ def identity_rule(executions: list[execute.Execution], flags: list[str | None], 
                 f"execution {i} ({e.pod}: epoch {e.epoch}, token {e.attempt}) does not follow "
                 f"{[(x.pod, x.epoch, x.attempt) for x in repeats]}, and no foreign flag was raised before it ran; "
                 f"all: {[(x.epoch, x.attempt) for x in executions]}")
+
+
+KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
+
+
+def kueue_queues(api: kubernetes.client.ApiClient, *, suffix: str, namespace: str, check_controller: str,
+                 cpu: str = "1500m") -> None:
+    """ResourceFlavor, an AdmissionCheck served by `check_controller`, a
+    ClusterQueue of `cpu` (room for one TrainJob of 1 CPU; the sidecar's
+    requests are CPU and memory, so both are covered) that requires the check
+    and preempts lower priorities, a LocalQueue `lq` in `namespace`, and two
+    WorkloadPriorityClasses `low-<suffix>` and `high-<suffix>`."""
+    custom = kubernetes.client.CustomObjectsApi(api)
+
+    def create(plural: str, body: dict[str, Any], ns: str | None = None) -> None:
+        body = {"apiVersion": "/".join(KUEUE_API), **body}
+        if ns:
+            custom.create_namespaced_custom_object(*KUEUE_API, ns, plural, body)
+        else:
+            custom.create_cluster_custom_object(*KUEUE_API, plural, body)
+
+    create("resourceflavors", {"kind": "ResourceFlavor", "metadata": {"name": f"rf-{suffix}"}})
+    create("admissionchecks", {"kind": "AdmissionCheck", "metadata": {"name": f"ac-{suffix}"},
+                               "spec": {"controllerName": check_controller}})
+    create("clusterqueues", {"kind": "ClusterQueue", "metadata": {"name": f"cq-{suffix}"}, "spec": {
+        "namespaceSelector": {},
+        "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+            {"name": f"rf-{suffix}", "resources": [{"name": "cpu", "nominalQuota": cpu},
+                                                   {"name": "memory", "nominalQuota": "64Gi"}]}]}],
+        "admissionChecksStrategy": {"admissionChecks": [{"name": f"ac-{suffix}"}]},
+        "preemption": {"withinClusterQueue": "LowerPriority"},
+    }})
+    for name, value in (("low", 10), ("high", 1000)):
+        create("workloadpriorityclasses", {"kind": "WorkloadPriorityClass",
+                                           "metadata": {"name": f"{name}-{suffix}"}, "value": value})
+    create("localqueues", {"kind": "LocalQueue", "metadata": {"name": "lq"},
+                           "spec": {"clusterQueue": f"cq-{suffix}"}}, ns=namespace)

@@ -28,7 +28,7 @@ kueue sigs.k8s.io/kueue@v0.19.2 ./cmd/kueue
 kwok sigs.k8s.io/kwok@v0.8.0 ./cmd/kwok
 '
 
-command -v go >/dev/null || { echo "e2e/build.sh: go is not installed (need go >= 1.26)" >&2; exit 1; }
+command -v go >/dev/null || { echo "build-controllers.sh: go is not installed (need go >= 1.26)" >&2; exit 1; }
 
 cache_root=${DISPATCH_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dispatch-k8s}
 bin_dir=$cache_root/e2e-$(printf '%s' "$table" | sha256sum | cut -c1-12)/bin
@@ -43,16 +43,16 @@ while read -r name module pkg; do
   stamp=$bin_dir/.$name.stamp
   want="$module $pkg"
   if [[ -x $bin_dir/$name && -f $stamp && $(cat "$stamp") == "$want" ]]; then
-    echo "e2e/build.sh: cached: $name ($want)" >&2
+    echo "build-controllers.sh: cached: $name ($want)" >&2
     continue
   fi
-  echo "e2e/build.sh: building $name from $want" >&2
+  echo "build-controllers.sh: building $name from $want" >&2
   start=$(date +%s)
   dir=$(go mod download -json "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-  [[ -n $dir && -f $dir/go.mod ]] || { echo "e2e/build.sh: go mod download $module gave no source dir" >&2; exit 1; }
+  [[ -n $dir && -f $dir/go.mod ]] || { echo "build-controllers.sh: go mod download $module gave no source dir" >&2; exit 1; }
   (cd "$dir" && go build -trimpath -ldflags="-s -w" -o "$bin_dir/$name.tmp" "$pkg")
   mv "$bin_dir/$name.tmp" "$bin_dir/$name"
   echo "$want" >"$stamp"
-  echo "e2e/build.sh: built $name in $(($(date +%s) - start))s ($(du -h "$bin_dir/$name" | cut -f1))" >&2
+  echo "build-controllers.sh: built $name in $(($(date +%s) - start))s ($(du -h "$bin_dir/$name" | cut -f1))" >&2
 done <<<"$table"
 echo "$bin_dir"

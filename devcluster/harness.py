@@ -23,7 +23,7 @@ Invariants:
 - `ExistingCluster` gives the same interface over a kubeconfig (TEST_KUBECONFIG)
   and never changes a CRD that is already there.
 
-Usage for a person: `python -m tests.controlplane.harness up|down` (state under
+Usage for a person: `python -m devcluster.harness up|down` (state under
 .state/cluster/).
 """
 
@@ -55,7 +55,7 @@ import kubernetes.config
 import yaml
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+REPO = HERE.parent
 STATE_DIR = REPO / ".state" / "cluster"
 
 # The CRDs the project talks to, each from its own module at its own release.
@@ -130,12 +130,12 @@ def free_port() -> int:
 
 
 def build_binaries() -> pathlib.Path:
-    """Run build.sh (a no-op when cached) and return the bin dir it prints."""
+    """Run build-controlplane.sh (a no-op when cached) and return the bin dir it prints."""
     proc = subprocess.run(
-        ["bash", str(HERE / "build.sh")], stdout=subprocess.PIPE, text=True, check=False
+        ["bash", str(HERE / "build-controlplane.sh")], stdout=subprocess.PIPE, text=True, check=False
     )
     if proc.returncode != 0:
-        raise HarnessError(f"tests/controlplane/build.sh failed with exit {proc.returncode}")
+        raise HarnessError(f"devcluster/build-controlplane.sh failed with exit {proc.returncode}")
     return pathlib.Path(proc.stdout.strip().splitlines()[-1])
 
 
@@ -719,7 +719,7 @@ def _down() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.controlplane.harness",
+    parser = argparse.ArgumentParser(prog="python -m devcluster.harness",
                                      description="Start or stop the local test control plane.")
     parser.add_argument("action", choices=["up", "down"], help="up: start in the background; down: stop it")
     args = parser.parse_args(argv)

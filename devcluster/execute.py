@@ -36,7 +36,7 @@ from typing import Any
 Obj = dict[str, Any]
 
 # The project's podman settings (scripts/containers.conf), as every podman call here uses.
-CONTAINERS_CONF = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "containers.conf"
+CONTAINERS_CONF = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "containers.conf"
 
 # Every container this test process runs carries this label, with a value of
 # its own, so a run beside another (make test in parallel) sees only its own.

@@ -21,11 +21,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 
-command -v go >/dev/null || { echo "build.sh: go is not installed (need go >= 1.26)" >&2; exit 1; }
+command -v go >/dev/null || { echo "build-controlplane.sh: go is not installed (need go >= 1.26)" >&2; exit 1; }
 
 k8s_version=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' go.mod)
 etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ {print $2; exit}' go.mod)
-[[ -n $k8s_version && -n $etcd_version ]] || { echo "build.sh: cannot read versions from go.mod" >&2; exit 1; }
+[[ -n $k8s_version && -n $etcd_version ]] || { echo "build-controlplane.sh: cannot read versions from go.mod" >&2; exit 1; }
 
 cache_root=${DISPATCH_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dispatch-k8s}
 bin_dir=$cache_root/k8s-$k8s_version/bin
@@ -43,7 +43,7 @@ for b in "${binaries[@]}"; do
 done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "build.sh: all binaries found in KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS" >&2
+  echo "build-controlplane.sh: all binaries found in KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS" >&2
   echo "$KUBEBUILDER_ASSETS"
   exit 0
 fi
@@ -55,12 +55,12 @@ for b in "${missing[@]}"; do
   [[ -x $bin_dir/$b ]] || build+=("$b")
 done
 if [[ ${#build[@]} -eq 0 ]]; then
-  echo "build.sh: cached: $bin_dir ($want)" >&2
+  echo "build-controlplane.sh: cached: $bin_dir ($want)" >&2
   echo "$bin_dir"
   exit 0
 fi
 
-echo "build.sh: building ${build[*]} ($want) into $bin_dir (takes a while on a small machine)" >&2
+echo "build-controlplane.sh: building ${build[*]} ($want) into $bin_dir (takes a while on a small machine)" >&2
 start=$(date +%s)
 rm -f "$stamp"
 mkdir -p "$bin_dir"
@@ -84,8 +84,8 @@ if [[ " ${build[*]} " == *" etcd "* ]]; then
   go build -trimpath -ldflags="-s -w" -o "$bin_dir/etcd" go.etcd.io/etcd/server/v3
 fi
 for b in "${build[@]}"; do
-  [[ -x $bin_dir/$b ]] || { echo "build.sh: $b was not produced" >&2; exit 1; }
+  [[ -x $bin_dir/$b ]] || { echo "build-controlplane.sh: $b was not produced" >&2; exit 1; }
 done
 echo "$want" >"$stamp"
-echo "build.sh: built in $(($(date +%s) - start))s" >&2
+echo "build-controlplane.sh: built in $(($(date +%s) - start))s" >&2
 echo "$bin_dir"

@@ -1,1 +1,0 @@
-"""The local Kubernetes control plane for the integration tests (see harness.py)."""
