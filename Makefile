@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv images controlplane controllers test test-prologue test-python demo cluster-up cluster-down e2e bench clean
+.PHONY: deps venv images controlplane controllers test test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
 deps:
 	sh scripts/install-host-packages.sh
@@ -39,7 +39,13 @@ test-prologue: venv images
 test-python: venv images controlplane
 	bash scripts/run-tests.sh python
 
+# The whole system on the local cluster (devcluster/demo.py); it builds the cluster first (cached),
+# with a line per build step.
 demo: venv images
+	$(PY) -m devcluster.demo
+
+# The prologue alone, in the three local images.
+demo-prologue: venv images
 	bash scripts/demo.sh
 
 cluster-up: venv controlplane

@@ -1,4 +1,4 @@
-"""`make demo` works as the README says: the demo script, run as it is, wraps
+"""`make demo-prologue` works as the README says: the demo script, run as it is, wraps
 the sample trainer and shows, in each of the three images, the epoch and
 attempt that each execution saw (first admission, a JobSet restart, a
 re-admission) and then one refusal with exit status 125.

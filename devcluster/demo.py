@@ -1,0 +1,206 @@
+"""`make demo`: the whole system on the local cluster, checked as it goes.
+
+The story, on the real Trainer, JobSet and Kueue controllers, with kwok nodes
+and every trainer container run for real in podman through the prologue:
+
+  runtime    `toolkit render runtime` makes a runtime fit; `check-runtime`
+             refuses one that restarts a rank in place, naming the field
+  admission  a TrainJob started in Kueue mode; our admission check raises A
+             and approves; its pods run through the prologue
+  restart    a rank fails: JobSet restarts it (J+1), the epoch goes up
+  preempt    a higher-priority TrainJob preempts it; Kueue admits it again
+             later: A+1, the epoch goes up again
+  reset      its JobSet is deleted by hand: Trainer rebuilds it with J back
+             at 0, the repeated identity runs, and our controller flags the
+             TrainJob foreign with the exact cause; nothing is stopped
+
+Each stage states what it expects and checks it; the first expectation not
+observed ends the demo with exit 1 and one `demo: FAILED` line. At the end,
+one table of every execution: the identity each container printed, and the
+verdict (the epoch is above every earlier one of its TrainJob, or it repeats
+one and the TrainJob is flagged foreign).
+
+Invariant: the demo leaves nothing running; the cluster and every process
+and container it started are stopped on every path (the harness's own
+guarantees, plus a `finally`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from typing import Any
+
+import kubernetes.client
+
+from devcluster import execute, harness, scenario, stack as stack_mod
+from toolkit import adapter, names, render, runtime_check
+from toolkit.controller import admission
+
+NODES = ("kwok-node-0", "kwok-node-1")
+_T0 = time.monotonic()
+
+
+class Failed(Exception):
+    """An expected outcome was not observed."""
+
+
+def say(text: str) -> None:
+    print(f"[{time.monotonic() - _T0:6.1f}s] {text}", flush=True)
+
+
+def expect(ok: object, what: str) -> None:
+    if not ok:
+        raise Failed(what)
+
+
+def _stage_runtime(low: scenario.Scenario) -> None:
+    say("runtime: toolkit render runtime + check-runtime")
+    fit = render.runtime(scenario.runtime("demo", cpu="1"))
+    expect(runtime_check.check(fit) == [], "the rendered runtime passes check-runtime")
+    bad = scenario.runtime("in-place")
+    bad["spec"]["template"]["spec"]["failurePolicy"]["restartStrategy"] = "InPlaceRestart"
+    refusals = runtime_check.check(render.runtime(bad))
+    expect(refusals, "a runtime that restarts in place is refused")
+    say(f"  refused as expected: {refusals[0]}")
+    low.create_runtime(scenario.runtime("demo", cpu="1"))
+    say("  runtime 'demo' applied (restartPolicy Never, backoffLimit 0, the sidecar verifier added)")
+
+
+def _a(pods: list[dict[str, Any]]) -> set[str]:
+    return {p["metadata"]["annotations"][names.ADMISSION_ANNOTATION] for p in pods}
+
+
+def _story(stack: stack_mod.Stack, namespace: str, suffix: str) -> list[tuple[str, scenario.Scenario]]:
+    with stack.plane.api_client() as api, stack.plane.api_client() as api2:
+        scenario.kueue_queues(api, suffix=suffix, namespace=namespace, check_controller=admission.CONTROLLER_NAME)
+        low = scenario.Scenario(stack, api, namespace)
+        high = scenario.Scenario(stack, api2, namespace, service_account=False)
+        _stage_runtime(low)
+
+        say("admission: StartRequest in Kueue mode (queue lq, priority low)")
+        low.start("demo", queue="lq", job_id="llama.ft", env={"FAIL_FIRST": "1"},
+                  labels={"kueue.x-k8s.io/priority-class": f"low-{suffix}"})
+        pods = low.new_running_pods()
+        first_a = int(_a(pods).pop())
+        say(f"  our admission check raised A to {first_a} and approved; pods Running: "
+            f"{[p['metadata']['name'] for p in pods]}")
+
+        say("restart: rank 0 fails (exit 3) on J=0")
+        for pod in pods:
+            result = low.run(pod)
+            expect(result.exit_code == 3, f"the first execution fails with exit 3 (got {result.exit_code})")
+            low.end(pod, result.exit_code)
+        low.wait("the JobSet restart", lambda: ((low.jobset() or {}).get("status") or {}).get("restarts") == 1)
+        pods = low.new_running_pods()
+        expect(all(p["metadata"]["labels"][names.RESTART_LABEL] == "1" for p in pods), "the new pods carry J=1")
+        for pod in pods:
+            low.run(pod)  # left running: the preemption ends it
+        say(f"  JobSet restarted it: J=1, epoch {low.executions[-1].epoch} (was {low.executions[-2].epoch})")
+
+        say("preempt: a high-priority TrainJob takes the quota")
+        high.start("demo", queue="lq", job_id="eval.urgent",
+                   labels={"kueue.x-k8s.io/priority-class": f"high-{suffix}"})
+        low.wait("the low TrainJob to be suspended by the eviction", lambda: low.trainjob()["spec"].get("suspend"))
+        say("  Kueue evicted the low TrainJob (suspended)")
+        for pod in high.new_running_pods():
+            result = high.run(pod)
+            high.end(pod, result.exit_code)
+        say("  the high TrainJob ran and finished; Kueue admits the low one again")
+        pods = low.new_running_pods()
+        again = int(_a(pods).pop())
+        expect(again > first_a, f"re-admission raised A above {first_a} (got {again})")
+        for pod in pods:
+            low.run(pod)  # left running: the reset below happens under it
+        say(f"  re-admitted with A={again}: epoch {low.executions[-1].epoch}")
+
+        say("reset: the JobSet is deleted by hand")
+        old_uid = low.wait("the JobSet UID to be recorded", lambda: (
+            low.trainjob()["metadata"].get("annotations") or {}).get(names.JOBSET_UID_ANNOTATION))
+        kubernetes.client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", low.name,
+            body={"propagationPolicy": "Background"})
+        new = low.wait("Trainer to build a new JobSet", lambda: (
+            (js := low.jobset()) and js["metadata"]["uid"] != old_uid and js))
+        pods = low.new_running_pods()
+        for pod in pods:
+            result = low.run(pod)
+            low.end(pod, result.exit_code)
+        cause = f"JobSet UID {new['metadata']['uid']} is not the recorded {old_uid}: J may have been reset"
+        low.wait("the foreign flag", lambda: cause in (low.foreign() or "").split("\n"))
+        say(f"  flagged foreign: {cause}")
+        status = adapter.status(low.client, namespace=namespace, name=low.name)
+        expect(status.foreign, "toolkit status reports the TrainJob foreign")
+        expect(not low.trainjob()["spec"].get("suspend"), "nothing was stopped: the TrainJob is not suspended")
+        say("  nothing stopped: the TrainJob still runs; recovery is a person's call")
+        return [(low.name, low), (high.name, high)]
+
+
+def _table(jobs: list[tuple[str, scenario.Scenario]]) -> bool:
+    header = ("TrainJob", "execution", "A", "J", "R", "DISPATCH_EPOCH", "DISPATCH_ATTEMPT", "verdict")
+    rows: list[tuple[str, ...]] = []
+    ok = True
+    for name, sc in jobs:
+        flagged = sc.foreign()
+        for i, e in enumerate(sc.executions):
+            a, j = (e.attempt or "").rsplit(".", 2)[-2:]
+            earlier = sc.executions[:i]
+            if all(int(x.epoch or 0) < int(e.epoch or 0) and x.attempt != e.attempt for x in earlier):
+                verdict = "ok: epoch above every earlier one"
+            elif flagged:
+                verdict = "repeats an earlier identity: flagged foreign"
+            else:
+                verdict = "VIOLATION: repeats, not flagged"
+                ok = False
+            rows.append((name, str(i + 1), a, j, str(int(a) + int(j)), e.epoch or "", e.attempt or "", verdict))
+    widths = [max(len(r[k]) for r in (header, *rows)) for k in range(len(header))]
+    print()
+    for r in (header, tuple("-" * w for w in widths), *rows):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print()
+    return ok
+
+
+def main() -> int:
+    say("building the local cluster (cached after the first run: about 25 min on 2 cores the first time)")
+    start = time.monotonic()
+    plane_bin = harness.build_binaries()
+    say(f"  etcd, kube-apiserver, kube-controller-manager, kube-scheduler: {plane_bin} "
+        f"({time.monotonic() - start:.1f}s)")
+    start = time.monotonic()
+    controllers_bin = stack_mod.build_binaries()
+    say(f"  Trainer, JobSet, Kueue, kwok: {controllers_bin} ({time.monotonic() - start:.1f}s)")
+    plane = harness.ControlPlane(bin_dir=plane_bin)
+    running: stack_mod.Stack | None = None
+    try:
+        say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
+        plane.start()
+        say("starting Trainer, JobSet, Kueue (webhooks served on 127.0.0.1), kwok, our controller")
+        running = stack_mod.Stack(plane, kueue=True, bin_dir=controllers_bin).start()
+        namespace = f"demo-{uuid.uuid4().hex[:6]}"
+        with plane.api_client() as api:
+            for node in NODES:
+                running.add_node(api, node)
+            harness.create_namespace(api, namespace)
+        say(f"cluster up: 2 kwok nodes, namespace {namespace}")
+        jobs = _story(running, namespace, namespace)
+        ok = _table(jobs)
+        if not ok:
+            raise Failed("every execution's epoch is above its TrainJob's earlier ones, or the TrainJob is flagged")
+        say("demo: every expected outcome observed")
+        return 0
+    except (Failed, AssertionError, harness.HarnessError, execute.Timeout) as e:
+        print(f"demo: FAILED: {e}", file=sys.stderr)
+        if running is not None:
+            print(running.logs(lines=30), file=sys.stderr)
+        return 1
+    finally:
+        if running is not None:
+            running.stop()
+            stack_mod.clean_up(running.started)
+        plane.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

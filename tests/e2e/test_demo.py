@@ -1,0 +1,45 @@
+"""`make demo` runs the whole system on the local cluster and checks its own
+outcome: the demo (devcluster/demo.py), run as a newcomer runs it, exits 0
+and ends with a table in which, per TrainJob, every execution's epoch is above
+every earlier one's, except the one the hand-deleted JobSet made repeat, which
+is flagged foreign. This test reads the table itself, so a demo that printed
+a wrong table and still exited 0 fails here.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule() -> None:
+    proc = subprocess.run([sys.executable, "-m", "devcluster.demo"], cwd=REPO, capture_output=True, text=True,
+                          timeout=400, check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("TrainJob "))
+    rows = [line.split(None, 7) for line in lines[start + 2:] if line.strip() and not line.startswith("[")]
+    by_job: dict[str, list[list[str]]] = {}
+    for row in rows:
+        by_job.setdefault(row[0], []).append(row)
+    assert len(by_job) == 2, rows
+    low = next(r for job, r in by_job.items() if job.startswith("llama-ft"))
+    # admission, JobSet restart, re-admission, the reset's repeat
+    assert [(r[2], r[3]) for r in low] == [(low[0][2], "0"), (low[0][2], "1"), (low[2][2], "1"), (low[2][2], "0")]
+    epochs = [int(r[5]) for r in low]
+    assert epochs[0] < epochs[1] < epochs[2], epochs
+    assert int(low[2][2]) > int(low[0][2])  # A raised again at re-admission
+    assert epochs[3] in epochs[:3] and low[3][7] == "repeats an earlier identity: flagged foreign", low[3]
+    for r in rows:
+        assert int(r[4]) == int(r[2]) + int(r[3])
+        assert r[6].endswith(f".{r[2]}.{r[3]}"), r
+    assert "flagged foreign: JobSet UID " in proc.stdout
+    assert "refused as expected: spec.template.spec.failurePolicy.restartStrategy" in proc.stdout
