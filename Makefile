@@ -48,11 +48,11 @@ demo: venv images
 demo-prologue: venv images
 	bash scripts/demo.sh
 
-cluster-up: venv controlplane
-	$(PY) -m devcluster.harness up
+cluster-up: venv images
+	$(VENV)/bin/toolkit cluster up
 
 cluster-down: venv
-	$(PY) -m devcluster.harness down
+	$(VENV)/bin/toolkit cluster down
 
 bench: venv images controlplane
 	$(PY) bench/prologue

@@ -47,6 +47,7 @@ COMMANDS: dict[str, str] = {
     "release": "toolkit.cli_cluster:release_cmd",
     "status": "toolkit.cli_cluster:status_cmd",
     "controller": "toolkit.cli_cluster:controller_cmd",
+    "cluster": "toolkit.cli_local:cluster",
 }
 
 

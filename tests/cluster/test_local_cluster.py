@@ -1,0 +1,75 @@
+"""`toolkit cluster up|down|status` (devcluster/local.py) as a person runs it:
+up starts the control plane and the real controllers in the background and
+prints the kubeconfig, which reaches a cluster with kwok nodes; a second up is
+refused; status names every live component; down leaves nothing running. A
+missing podman or an unwritable cache dir is one line naming the cause.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+import kubernetes.client
+import kubernetes.config
+import pytest
+
+from devcluster import stack as stack_mod
+
+pytestmark = pytest.mark.cluster
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TOOLKIT = str(REPO / ".venv" / "bin" / "toolkit")
+
+
+def cluster(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TOOLKIT, "cluster", *args], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+
+
+def test_up_status_down_a_whole_local_cluster(tmp_path: pathlib.Path) -> None:
+    env = {**os.environ, "DISPATCH_CLUSTER_STATE": str(tmp_path / "state")}
+    started = cluster("up", env=env)
+    assert started.returncode == 0, started.stderr
+    groups = json.loads((tmp_path / "state" / "pids.json").read_text())
+    try:
+        kubeconfig = started.stdout.strip().removeprefix("export KUBECONFIG=")
+        with kubernetes.config.new_client_from_config(config_file=kubeconfig) as api:
+            nodes = {n.metadata.name for n in kubernetes.client.CoreV1Api(api).list_node().items}
+        assert nodes == {"kwok-node-0", "kwok-node-1"}
+        again = cluster("up", env=env)
+        assert again.returncode == 1 and again.stderr.count("\n") == 1, again.stderr
+        assert "a cluster is already up" in again.stderr
+        status = cluster("status", env=env)
+        assert status.returncode == 0, status.stderr
+        for name in ("kube-apiserver", "trainer-controller-manager", "jobset-controller", "kueue", "kwok"):
+            assert name in status.stdout
+    finally:
+        stopped = cluster("down", env=env)
+    assert stopped.returncode == 0 and "cluster down" in stopped.stderr
+    assert stack_mod.still_running(list(groups.items())) == []
+    after = cluster("status", env=env)
+    assert after.returncode == 1 and "no cluster is up" in after.stderr
+
+
+def test_up_without_podman_is_one_line(tmp_path: pathlib.Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("go", "openssl"):
+        (bin_dir / tool).symlink_to(subprocess.run(["which", tool], capture_output=True, text=True,
+                                                   check=True).stdout.strip())
+    env = {**os.environ, "PATH": str(bin_dir), "DISPATCH_CLUSTER_STATE": str(tmp_path / "state")}
+    proc = cluster("up", env=env)
+    assert (proc.returncode, proc.stderr) == (1, "toolkit cluster up: podman is not installed (run `make deps`)\n")
+    assert not (tmp_path / "state").exists()
+
+
+def test_up_with_an_unwritable_cache_dir_is_one_line(tmp_path: pathlib.Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {**os.environ, "DISPATCH_K8S_CACHE": str(blocker / "cache"), "DISPATCH_CLUSTER_STATE": str(tmp_path / "s")}
+    proc = cluster("up", env=env)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"cache dir {blocker / 'cache'} is not writable" in proc.stderr

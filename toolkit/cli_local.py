@@ -1,0 +1,54 @@
+"""`toolkit cluster up|down|status`: the local cluster (devcluster/local.py).
+
+Thin: each command calls one function and prints; a refusal is one line
+(`toolkit cluster up: ...`, exit 1).
+"""
+
+from __future__ import annotations
+
+import click
+
+from toolkit import cli
+
+
+def _local():  # type: ignore[no-untyped-def]
+    # Imported on use: the package is only present in a checkout (make venv).
+    from devcluster import local
+    return local
+
+
+@click.group("cluster", context_settings={"help_option_names": ["-h", "--help"]})
+def cluster() -> None:
+    """The local cluster: etcd, kube-apiserver and the real Trainer, JobSet and Kueue controllers."""
+
+
+@cluster.command("up")
+def up_cmd() -> None:
+    """Build (cached) and start the local cluster in the background; print its kubeconfig."""
+    local = _local()
+    try:
+        kubeconfig = local.up()
+    except local.ClusterError as e:
+        raise cli.with_context(click.ClickException(str(e))) from None
+    click.echo(f"cluster up; logs in {kubeconfig.parent / 'logs'}; stop with `toolkit cluster down`", err=True)
+    click.echo(f"export KUBECONFIG={kubeconfig}")
+
+
+@cluster.command("down")
+def down_cmd() -> None:
+    """Stop every process of the local cluster and remove its state."""
+    local = _local()
+    click.echo("cluster down" if local.down() else "no cluster was up", err=True)
+
+
+@cluster.command("status")
+def status_cmd() -> None:
+    """Say whether the local cluster is up, and which components live (exit 1 if any is dead)."""
+    local = _local()
+    st = local.status()
+    if not st.up:
+        raise cli.with_context(click.ClickException("no cluster is up (`toolkit cluster up`)"))
+    click.echo(f"KUBECONFIG={st.kubeconfig}")
+    click.echo(f"running: {', '.join(st.alive) or '-'}")
+    if st.dead:
+        raise cli.with_context(click.ClickException(f"not running: {', '.join(st.dead)}"))
