@@ -13,6 +13,8 @@ and every trainer container run for real in podman through the prologue:
   reset      its JobSet is deleted by hand: Trainer rebuilds it with J back
              at 0, the repeated identity runs, and our controller flags the
              TrainJob foreign with the exact cause; nothing is stopped
+  plain      a TrainJob without Kueue: open raises A, hold stops it,
+             release raises A again
 
 Each stage states what it expects and checks it; the first expectation not
 observed ends the demo with exit 1 and one `demo: FAILED` line. At the end,
@@ -134,7 +136,28 @@ def _story(stack: stack_mod.Stack, namespace: str, suffix: str) -> list[tuple[st
         expect(status.foreign, "toolkit status reports the TrainJob foreign")
         expect(not low.trainjob()["spec"].get("suspend"), "nothing was stopped: the TrainJob is not suspended")
         say("  nothing stopped: the TrainJob still runs; recovery is a person's call")
-        return [(low.name, low), (high.name, high)]
+
+        plain = scenario.Scenario(stack, api, namespace, service_account=False)
+        _stage_plain(plain)
+        return [(low.name, low), (high.name, high), (plain.name, plain)]
+
+
+def _stage_plain(plain: scenario.Scenario) -> None:
+    say("plain mode: toolkit start, open (A raised, unsuspended in one update)")
+    plain.start("demo", job_id="sweep.7")
+    opened = adapter.open_(plain.client, namespace=plain.namespace, name=plain.name)
+    expect(opened.admission == 1, f"open raised A to 1 (got {opened.admission})")
+    for pod in plain.new_running_pods():
+        plain.run(pod)  # left running: the hold stops it
+    say("  hold: suspended, its pods go")
+    expect(adapter.hold(plain.client, namespace=plain.namespace, name=plain.name), "hold suspends the TrainJob")
+    plain.wait("the held TrainJob's pods to go", lambda: not plain.pods())
+    released = adapter.release(plain.client, namespace=plain.namespace, name=plain.name)
+    expect(released.admission == 2, f"release raised A to 2 (got {released.admission})")
+    for pod in plain.new_running_pods():
+        result = plain.run(pod)
+        plain.end(pod, result.exit_code)
+    say(f"  released with A=2: epoch {plain.executions[-1].epoch} (was {plain.executions[-2].epoch})")
 
 
 def _table(jobs: list[tuple[str, scenario.Scenario]]) -> bool:

@@ -30,7 +30,7 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule() -> None
     by_job: dict[str, list[list[str]]] = {}
     for row in rows:
         by_job.setdefault(row[0], []).append(row)
-    assert len(by_job) == 2, rows
+    assert len(by_job) == 3, rows
     low = next(r for job, r in by_job.items() if job.startswith("llama-ft"))
     # admission, JobSet restart, re-admission, the reset's repeat
     assert [(r[2], r[3]) for r in low] == [(low[0][2], "0"), (low[0][2], "1"), (low[2][2], "1"), (low[2][2], "0")]
@@ -38,6 +38,9 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule() -> None
     assert epochs[0] < epochs[1] < epochs[2], epochs
     assert int(low[2][2]) > int(low[0][2])  # A raised again at re-admission
     assert epochs[3] in epochs[:3] and low[3][7] == "repeats an earlier identity: flagged foreign", low[3]
+    plain = next(r for job, r in by_job.items() if job.startswith("sweep"))
+    assert [(r[2], r[3]) for r in plain] == [("1", "0"), ("2", "0")]  # open, then hold and release
+    assert int(plain[0][5]) < int(plain[1][5])
     for r in rows:
         assert int(r[4]) == int(r[2]) + int(r[3])
         assert r[6].endswith(f".{r[2]}.{r[3]}"), r
