@@ -19,7 +19,12 @@ def _local():  # type: ignore[no-untyped-def]
 
 @click.group("cluster", context_settings={"help_option_names": ["-h", "--help"]})
 def cluster() -> None:
-    """The local cluster: etcd, kube-apiserver and the real Trainer, JobSet and Kueue controllers."""
+    """The local cluster: etcd, kube-apiserver and the real Trainer, JobSet and Kueue controllers.
+
+    \b
+    Example:
+      eval "$(toolkit cluster up)"; toolkit cluster status; toolkit cluster down
+    """
 
 
 @cluster.command("up")
