@@ -9,7 +9,8 @@
 #   scratch  one static test binary and no /bin/sh, to show how that fails
 #   python   Debian's python3.11 on the debian minbase (images/base/python), the
 #            base of the sidecar, dispatcher and controller images
-# then images/sample-trainer.Containerfile on each of the three with /bin/sh.
+# then images/sample-trainer.Containerfile on each of the four with /bin/sh
+# (on python, its `train --checkpoint` publishes through toolkit/checkpoint.py).
 #
 # Idempotent: each image carries the label dispatch.inputs, a hash of what it
 # is made of (its input files and the text of the function that builds it);
@@ -174,18 +175,6 @@ build_scratch() {
 }
 ensure localhost/dispatch-base/scratch:no-sh build_scratch images/base/scratch/hello.c
 
-# --- the sample trainer on each base ----------------------------------------
-# build_trainer NAME HASH: images/sample-trainer.Containerfile on $base.
-build_trainer() {
-  podman build -q --isolation chroot --build-arg "BASE=localhost/dispatch-base/$base" \
-    --label "dispatch.inputs=$2" -f images/sample-trainer.Containerfile -t "$1" . >/dev/null
-}
-for base in busybox:1.35-static alpine:busybox-1.35-ash-musl-static debian:bookworm-minbase; do
-  ensure "localhost/dispatch/sample-trainer:${base%%:*}" build_trainer \
-    images/sample-trainer.Containerfile images/sample-trainer/train \
-    <(podman image inspect --format '{{.Id}}' "localhost/dispatch-base/$base")
-done
-
 # --- python: the base of our own daemon images (sidecar, dispatcher) --------
 # build_python NAME HASH: images/base/python on the debian minbase, with
 # Debian's python3.11 packages fetched by name.
@@ -208,3 +197,16 @@ build_python() {
 ensure localhost/dispatch-base/python:3.11-bookworm build_python \
   images/base/python/Containerfile images/base/python/packages.txt \
   <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/debian:bookworm-minbase)
+
+# --- the sample trainer on each base ----------------------------------------
+# build_trainer NAME HASH: images/sample-trainer.Containerfile on $base. The
+# python flavour is the one whose `train --checkpoint` can publish (python3).
+build_trainer() {
+  podman build -q --isolation chroot --build-arg "BASE=localhost/dispatch-base/$base" \
+    --label "dispatch.inputs=$2" -f images/sample-trainer.Containerfile -t "$1" . >/dev/null
+}
+for base in busybox:1.35-static alpine:busybox-1.35-ash-musl-static debian:bookworm-minbase python:3.11-bookworm; do
+  ensure "localhost/dispatch/sample-trainer:${base%%:*}" build_trainer \
+    images/sample-trainer.Containerfile images/sample-trainer/train toolkit/__init__.py toolkit/checkpoint.py \
+    <(podman image inspect --format '{{.Id}}' "localhost/dispatch-base/$base")
+done

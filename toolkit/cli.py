@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "check-runtime": "toolkit.cli:check_runtime",
     "check-image": "toolkit.cli:check_image",
     "identity": "toolkit.cli:identity_command",
+    "checkpoint": "toolkit.cli_checkpoint:checkpoint_cmd",
     "start": "toolkit.cli_cluster:start_cmd",
     "open": "toolkit.cli_cluster:open_cmd",
     "hold": "toolkit.cli_cluster:hold_cmd",
