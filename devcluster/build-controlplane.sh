@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the test control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler) from the Go module beside this script into a cache outside
-# the repo, and does nothing when the cache already holds that exact set.
+# Builds the local cluster's control plane (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler) and the kubectl of the same release
+# from the Go module beside this script into a cache outside the repo, and does
+# nothing when the cache already holds that exact set.
 #
 # Invariants:
 # - The versions come from go.mod alone; the cache directory and the stamp name
@@ -10,8 +11,8 @@
 #   redone; a stamp means every binary in the bin directory was built from this
 #   go.sum. A stamp for other versions clears the directory first.
 # - KUBEBUILDER_ASSETS (the envtest convention) wins per binary: a binary found
-#   there is not built, and only the missing ones are. setup-envtest ships etcd
-#   and kube-apiserver only, so then just the controller manager and the
+#   there is not built, and only the missing ones are. setup-envtest ships etcd,
+#   kube-apiserver and kubectl only, so then just the controller manager and the
 #   scheduler are built here (the harness takes each binary from the assets
 #   first, then from this cache).
 #
@@ -33,7 +34,7 @@ stamp=$bin_dir/.stamp
 sum=$(sha256sum go.sum | cut -c1-16)
 want="kubernetes=$k8s_version etcd=$etcd_version go.sum=$sum"
 
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 missing=()
 for b in "${binaries[@]}"; do
   if [[ -n ${KUBEBUILDER_ASSETS:-} && -x $KUBEBUILDER_ASSETS/$b ]]; then

@@ -36,11 +36,10 @@ from typing import Any
 
 import kubernetes.client
 
-from devcluster import execute, harness, scenario, stack as stack_mod
+from devcluster import execute, harness, local, scenario, stack as stack_mod
 from toolkit import adapter, names, render, runtime_check
 from toolkit.controller import admission
 
-NODES = ("kwok-node-0", "kwok-node-1")
 _T0 = time.monotonic()
 
 
@@ -197,14 +196,11 @@ def main() -> int:
     plane = harness.ControlPlane(bin_dir=plane_bin)
     running: stack_mod.Stack | None = None
     try:
-        say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
-        plane.start()
-        say("starting Trainer, JobSet, Kueue (webhooks served on 127.0.0.1), kwok, our controller")
-        running = stack_mod.Stack(plane, kueue=True, bin_dir=controllers_bin).start()
+        say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, then Trainer, JobSet, "
+            "Kueue (webhooks served on 127.0.0.1), kwok and our controller")
+        running = local.start(plane, controllers=controllers_bin)
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
         with plane.api_client() as api:
-            for node in NODES:
-                running.add_node(api, node)
             harness.create_namespace(api, namespace)
         say(f"cluster up: 2 kwok nodes, namespace {namespace}")
         jobs = _story(running, namespace, namespace)

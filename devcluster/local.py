@@ -6,6 +6,10 @@ controller) in the background, writes the admin kubeconfig and records every
 process group in `<state>/pids.json`; `down` kills those groups and removes
 the state; `status` says whether the recorded processes live.
 
+`start` is the one way a cluster comes up, for `up`, `make demo` and the e2e
+tests alike: the control plane, then the controllers on it, then the kwok
+nodes; if any step fails, what it started is stopped before the error goes on.
+
 Invariants: at most one cluster per state directory (a second `up` is refused
 while `pids.json` exists); `pids.json` is written only after every component
 is ready, and a failed `up` stops what it started; every refusal is one line
@@ -24,6 +28,7 @@ import shutil
 from devcluster import harness, stack as stack_mod
 
 NODES = ("kwok-node-0", "kwok-node-1")
+KUBECTL = "kubectl"  # built by build-controlplane.sh beside the control plane, from the same release
 
 
 class ClusterError(Exception):
@@ -64,8 +69,30 @@ class Status:
     dead: list[str]
 
 
+def start(plane: harness.ControlPlane, *, kueue: bool = True,
+          controllers: pathlib.Path | None = None) -> stack_mod.Stack:
+    """Start PLANE, the controllers on it (Kueue and ours too if KUEUE) and the NODES.
+
+    On any failure, stops what it started (the stack, then the plane) and re-raises."""
+    running: stack_mod.Stack | None = None
+    try:
+        plane.start()
+        running = stack_mod.Stack(plane, kueue=kueue, bin_dir=controllers).start()
+        with plane.api_client() as api:
+            for node in NODES:
+                running.add_node(api, node)
+        return running
+    except BaseException:
+        if running is not None:
+            running.stop()
+        plane.stop()
+        raise
+
+
 def up() -> pathlib.Path:
-    """Start everything in the background; return the kubeconfig path."""
+    """Start everything in the background; return the kubeconfig path.
+
+    `<state>/bin/kubectl` links to the kubectl built with the control plane."""
     preflight()
     state = state_dir()
     if (state / "pids.json").exists():
@@ -77,19 +104,13 @@ def up() -> pathlib.Path:
         controllers = stack_mod.build_binaries()
     except harness.HarnessError as e:
         raise ClusterError(str(e).splitlines()[0]) from None
-    running: stack_mod.Stack | None = None
     try:
-        plane.start()
-        running = stack_mod.Stack(plane, kueue=True, bin_dir=controllers).start()
-        with plane.api_client() as api:
-            for node in NODES:
-                running.add_node(api, node)
+        running = start(plane, controllers=controllers)
     except (harness.HarnessError, OSError) as e:
-        if running is not None:
-            running.stop()
-        plane.stop()
         shutil.rmtree(state, ignore_errors=True)
         raise ClusterError(str(e).splitlines()[0]) from None
+    (state / "bin").mkdir(exist_ok=True)
+    (state / "bin" / KUBECTL).symlink_to(harness.binary(KUBECTL, plane.bin_dir))
     groups = {**plane.pids(), **dict(running.started)}
     tmp = state / "pids.json.tmp"
     tmp.write_text(json.dumps(groups))

@@ -23,13 +23,16 @@ def cluster() -> None:
 
     \b
     Example:
-      eval "$(toolkit cluster up)"; toolkit cluster status; toolkit cluster down
+      eval "$(toolkit cluster up)"; kubectl get nodes; toolkit cluster down
     """
 
 
 @cluster.command("up")
 def up_cmd() -> None:
-    """Build (cached) and start the local cluster in the background; print its kubeconfig."""
+    """Build (cached) and start the local cluster in the background; print the shell lines that use it.
+
+    Prints `export KUBECONFIG=...` and `export PATH=...` (a directory holding the kubectl built
+    from the cluster's own Kubernetes release): `eval "$(toolkit cluster up)"` sets both."""
     local = _local()
     try:
         kubeconfig = local.up()
@@ -37,6 +40,7 @@ def up_cmd() -> None:
         raise cli.with_context(click.ClickException(str(e))) from None
     click.echo(f"cluster up; logs in {kubeconfig.parent / 'logs'}; stop with `toolkit cluster down`", err=True)
     click.echo(f"export KUBECONFIG={kubeconfig}")
+    click.echo(f'export PATH={kubeconfig.parent / "bin"}:"$PATH"')
 
 
 @cluster.command("down")

@@ -18,7 +18,7 @@ from devcluster import harness
 pytestmark = pytest.mark.cluster
 
 BUILD_SH = harness.HERE / "build-controlplane.sh"
-KUBE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+KUBE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
 
 def build_sh(*, assets: pathlib.Path | None, cache: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -46,8 +46,8 @@ def assets_dir(directory: pathlib.Path, cached: pathlib.Path, names: tuple[str, 
 
 def test_the_harness_takes_each_binary_from_the_assets_first(
         cached: pathlib.Path, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # What setup-envtest ships: etcd and kube-apiserver; and a scheduler that cannot run.
-    assets = assets_dir(tmp_path / "assets", cached, ("etcd", "kube-apiserver"))
+    # What setup-envtest ships: etcd, kube-apiserver and kubectl; and a scheduler that cannot run.
+    assets = assets_dir(tmp_path / "assets", cached, ("etcd", "kube-apiserver", "kubectl"))
     (assets / "kube-scheduler").write_text("#!/bin/sh\n")
     (assets / "kube-scheduler").chmod(0o644)
     monkeypatch.setenv("KUBEBUILDER_ASSETS", str(assets))
@@ -55,6 +55,7 @@ def test_the_harness_takes_each_binary_from_the_assets_first(
     assert harness.binary("kube-apiserver", cached) == assets / "kube-apiserver"
     assert harness.binary("kube-controller-manager", cached) == cached / "kube-controller-manager"
     assert harness.binary("kube-scheduler", cached) == cached / "kube-scheduler"
+    assert harness.binary("kubectl", cached) == assets / "kubectl"
     version = subprocess.run([str(harness.binary("etcd", cached)), "--version"], capture_output=True, text=True,
                              check=True, timeout=30)
     assert "etcd Version: 3." in version.stdout
@@ -62,7 +63,7 @@ def test_the_harness_takes_each_binary_from_the_assets_first(
         harness.binary("kube-controller-manager", tmp_path)
 
 
-def test_build_sh_builds_nothing_when_the_assets_hold_all_four(cached: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_build_sh_builds_nothing_when_the_assets_hold_all_five(cached: pathlib.Path, tmp_path: pathlib.Path) -> None:
     assets = assets_dir(tmp_path / "assets", cached, ("etcd", *KUBE))
     done = build_sh(assets=assets, cache=tmp_path / "cache")
     assert done.stdout.splitlines()[-1] == str(assets)

@@ -22,6 +22,9 @@ pytestmark = pytest.mark.cluster
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TOOLKIT = str(REPO / ".venv" / "bin" / "toolkit")
+# The release devcluster/go.mod pins: the apiserver and the kubectl built beside it report it.
+K8S_RELEASE = next(line.split()[1] for line in (REPO / "devcluster" / "go.mod").read_text().splitlines()
+                   if line.split()[:1] == ["k8s.io/kubernetes"])
 
 
 def cluster(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -35,10 +38,19 @@ def test_up_status_down_a_whole_local_cluster(tmp_path: pathlib.Path) -> None:
     assert started.returncode == 0, started.stderr
     groups = json.loads((tmp_path / "state" / "pids.json").read_text())
     try:
-        kubeconfig = started.stdout.strip().removeprefix("export KUBECONFIG=")
+        # What `eval "$(toolkit cluster up)"` runs, then the kubectl it puts first on PATH.
+        use = "kubectl version -o json | tr -d '\\n'; echo; kubectl get nodes -o name"
+        shell = subprocess.run(["bash", "-c", started.stdout + use], env=env, capture_output=True, text=True,
+                               timeout=60, check=False)
+        assert shell.returncode == 0, shell.stderr
+        version, _, nodes = shell.stdout.partition("\n")
+        release = json.loads(version)
+        assert release["clientVersion"]["gitVersion"] == release["serverVersion"]["gitVersion"] == K8S_RELEASE
+        assert sorted(nodes.split()) == ["node/kwok-node-0", "node/kwok-node-1"]
+        kubeconfig = started.stdout.splitlines()[0].removeprefix("export KUBECONFIG=")
         with kubernetes.config.new_client_from_config(config_file=kubeconfig) as api:
-            nodes = {n.metadata.name for n in kubernetes.client.CoreV1Api(api).list_node().items}
-        assert nodes == {"kwok-node-0", "kwok-node-1"}
+            ready = {n.metadata.name for n in kubernetes.client.CoreV1Api(api).list_node().items}
+        assert ready == {"kwok-node-0", "kwok-node-1"}
         again = cluster("up", env=env)
         assert again.returncode == 1 and again.stderr.count("\n") == 1, again.stderr
         assert "a cluster is already up" in again.stderr

@@ -23,10 +23,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from devcluster import harness
+from devcluster import harness, local
 from devcluster import stack as stack_mod
 
-NODES = ("kwok-node-0", "kwok-node-1")
 
 _live: list[stack_mod.Stack] = []
 # (name, process group id) of every process the e2e planes and stacks started.
@@ -48,23 +47,16 @@ def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
     kueue = bool(getattr(request.module, "E2E_KUEUE", False))
     plane = harness.ControlPlane()
     try:
-        plane.start()
+        running = local.start(plane, kueue=kueue)  # stops what it started if it fails
     finally:
         _started.extend(plane.pids().items())
+    _live.append(running)
     try:
-        running = stack_mod.Stack(plane, kueue=kueue)
-        _live.append(running)
-        try:
-            running.start()
-            with plane.api_client() as api:
-                for node in NODES:
-                    running.add_node(api, node)
-            yield running
-        finally:
-            running.stop()
-            _live.remove(running)
-            _started.extend(running.started)
+        yield running
     finally:
+        running.stop()
+        _live.remove(running)
+        _started.extend(running.started)
         plane.stop()
 
 
