@@ -210,3 +210,21 @@ for base in busybox:1.35-static alpine:busybox-1.35-ash-musl-static debian:bookw
     images/sample-trainer.Containerfile images/sample-trainer/train toolkit/__init__.py toolkit/checkpoint.py \
     <(podman image inspect --format '{{.Id}}' "localhost/dispatch-base/$base")
 done
+
+# --- the sidecar verifier, as the rendered runtime names it (names.SIDECAR_IMAGE)
+# build_sidecar NAME HASH: images/sidecar.Containerfile on the Python base, in a
+# context holding only what it copies. `make demo` runs it beside the trainer.
+build_sidecar() {
+  local ctx
+  ctx=$(mktemp -d)
+  mkdir "$ctx/toolkit"
+  cp toolkit/__init__.py toolkit/names.py toolkit/detect.py "$ctx/toolkit/"
+  cp -r sidecar "$ctx/sidecar"
+  rm -rf "$ctx/sidecar/__pycache__"
+  podman build -q --isolation chroot --build-arg BASE=localhost/dispatch-base/python:3.11-bookworm \
+    --label "dispatch.inputs=$2" -f images/sidecar.Containerfile -t "$1" "$ctx" >/dev/null
+  rm -rf "$ctx"
+}
+ensure localhost/dispatch/sidecar:dev build_sidecar images/sidecar.Containerfile sidecar/*.py \
+  toolkit/__init__.py toolkit/names.py toolkit/detect.py \
+  <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/python:3.11-bookworm)
