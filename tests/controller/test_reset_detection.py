@@ -1,6 +1,7 @@
 """Resets are detected, not prevented (DESIGN.md §7): the controller records
 the JobSet UID, flags a new one, flags pods without A or below the floor and
-turns a sidecar's report into the flag, and stops nothing."""
+turns a sidecar's report into the flag only once it has confirmed the
+violation itself, and stops nothing."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from tests.adapter import kit
 from tests.controller.conftest import wait_until
+from sidecar import report
 from toolkit import adapter, kube, names
 
 pytestmark = pytest.mark.cluster
@@ -68,14 +70,95 @@ def test_pods_without_the_annotation_or_below_the_floor_are_flagged_and_left_run
     assert admin.get(kube.TRAINJOB, name=name, namespace=namespace)["spec"]["suspend"] is False
 
 
-def test_a_sidecar_report_becomes_the_foreign_flag(admin, namespace, start_controller):
+def _sidecar_report(admin, *, trainjob, pod: str, message: str) -> dict:
+    """A report as the sidecar words and posts it (sidecar.report.event); the
+    training container holds the same token, so anything here can be forged."""
+    namespace = trainjob["metadata"]["namespace"]
+    return admin.create(kube.EVENT, report.event(namespace=namespace, trainjob=trainjob, pod=pod, message=message),
+                        namespace=namespace)
+
+
+def _unconfirmed(ctl, namespace, name):
+    return [line for line in list(ctl.lines)
+            if line.get("msg") == "sidecar report unconfirmed" and line.get("trainjob") == f"{namespace}/{name}"]
+
+
+def test_a_forged_report_on_a_healthy_trainjob_flags_nothing_and_is_logged_unconfirmed(admin, namespace, start_controller):
     tj = kit.create_trainjob(admin, namespace)
     name = tj["metadata"]["name"]
+    adapter.open_(admin, namespace=namespace, name=name)  # floor 1
+    ctl = start_controller()
+    jobset = kit.create_jobset(admin, tj)
+    wait_until(lambda: kit.annotations(admin, namespace, name).get(names.JOBSET_UID_ANNOTATION) == jobset["metadata"]["uid"],
+               what="recorded uid")
+    healthy = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1")["metadata"]["name"]
+    # A real below-floor pod, but of another TrainJob: it proves nothing about this one.
+    other = kit.create_trainjob(admin, namespace)
+    for _ in range(3):
+        adapter.raise_admission(admin, namespace=namespace, name=other["metadata"]["name"])
+    elsewhere = kit.create_pod(admin, namespace=namespace, trainjob=other["metadata"]["name"], admission="1")
+    tj = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
+    forged = {
+        healthy: f"below-floor: pod {healthy} has admission 0, below the floor 1: A may have been lowered",
+        "no-such-pod": "missing-admission: pod no-such-pod has no annotation dispatch.phpboyscout.uk/admission: "
+                       "it was not created from our runtime patch",
+        elsewhere["metadata"]["name"]: f"below-floor: pod {elsewhere['metadata']['name']} has admission 1, "
+                                       "below the floor 3: A may have been lowered",
+    }
+    uid_claim = f"jobset-uid: JobSet UID forged-uid is not the recorded {jobset['metadata']['uid']}: J may have been reset"
+    for pod, message in forged.items():
+        _sidecar_report(admin, trainjob=tj, pod=pod, message=message)
+    _sidecar_report(admin, trainjob=tj, pod=healthy, message=uid_claim)
+    _sidecar_report(admin, trainjob=tj, pod=healthy, message="anything at all\nsecond line")
+    logged = wait_until(lambda: len(_unconfirmed(ctl, namespace, name)) == 5 and _unconfirmed(ctl, namespace, name),
+                        what="five unconfirmed reports")
+    assert sorted(line["claim"] for line in logged) == sorted(
+        [*forged.values(), uid_claim, "anything at all second line"])
+    assert {line["level"] for line in logged} == {"warning"}
+    # The controller's own pass over the other TrainJob's pod flags that one, not this one.
+    wait_until(lambda: _foreign(admin, namespace, other["metadata"]["name"]), what="the other TrainJob flagged")
+    assert _foreign(admin, namespace, name) is None
+    assert _warnings(admin, namespace, name) == []
+    status, body = ctl.get("/metrics")
+    assert 'dispatch_sidecar_reports_total{outcome="unconfirmed"} 5.0' in body
+
+
+def test_a_real_violation_reported_by_the_sidecar_is_flagged_with_its_claim_alongside(admin, namespace, start_controller):
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    for _ in range(2):
+        adapter.raise_admission(admin, namespace=namespace, name=name)
+    adapter.open_(admin, namespace=namespace, name=name)  # floor 3
+    ctl = start_controller()
+    below = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1")["metadata"]["name"]
+    detail = f"pod {below} has admission 1, below the floor 3: A may have been lowered"
+    claim = f"below-floor: {detail} [seen by the sidecar of pod={below} admission='1' floor='3']"
+    _sidecar_report(admin, trainjob=admin.get(kube.TRAINJOB, name=name, namespace=namespace), pod=below, message=claim)
+    confirmed = f"{detail} (confirmed by the controller; the sidecar reported: {claim})"
+    # The controller's own pod check flags the plain cause; the report adds
+    # its line, with the sidecar's words kept beside the confirmed cause.
+    assert wait_until(lambda: set((_foreign(admin, namespace, name) or "").split("\n")) == {detail, confirmed},
+                      what="both lines")
+    assert _unconfirmed(ctl, namespace, name) == []
+    assert 'dispatch_sidecar_reports_total{outcome="confirmed"} 1.0' in ctl.get("/metrics")[1]
+
+
+def test_a_reported_jobset_reset_is_confirmed_from_the_jobset_itself(admin, namespace, start_controller):
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    adapter.open_(admin, namespace=namespace, name=name)
+    first = kit.create_jobset(admin, tj)
+    adapter.record_jobset_uid(admin, namespace=namespace, name=name, uid=first["metadata"]["uid"])
+    admin.delete(kube.JOBSET, name=name, namespace=namespace)
+    second = kit.create_jobset(admin, tj)
+    cause = f"JobSet UID {second['metadata']['uid']} is not the recorded {first['metadata']['uid']}: J may have been reset"
+    pod = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1")["metadata"]["name"]
+    claim = f"jobset-uid: {cause} [seen by the sidecar of pod={pod}]"
+    _sidecar_report(admin, trainjob=admin.get(kube.TRAINJOB, name=name, namespace=namespace), pod=pod, message=claim)
     start_controller()
-    detail = "pod x has admission 1, below the floor 3: A may have been lowered"
-    admin.warn(involved=tj, reason=names.SIDECAR_VIOLATION_REASON, message=detail, component="dispatch-sidecar")
-    assert wait_until(lambda: _foreign(admin, namespace, name), what="foreign") == detail
-    assert wait_until(lambda: _warnings(admin, namespace, name), what="event") == [detail]
+    confirmed = f"{cause} (confirmed by the controller; the sidecar reported: {claim})"
+    assert wait_until(lambda: set((_foreign(admin, namespace, name) or "").split("\n")) == {cause, confirmed},
+                      what="both lines")
 
 
 def test_a_trainjob_that_is_not_ours_is_not_judged(admin, namespace, start_controller):

@@ -9,6 +9,18 @@ update the TrainJob, by design, so it reports and we record). The output is
 `adapter.flag_foreign`: the cause detail on the TrainJob and a Warning
 Event. The rules themselves are `toolkit.detect`, shared with the sidecar.
 
+A sidecar's report is a hint, never evidence: the training container runs
+with the pod's ServiceAccount, so its code can create the same Event with
+any message. On a report the controller re-reads the evidence itself (the
+TrainJob's floor, the named pod's admission annotation and restart label if
+that pod is one of this TrainJob's, the JobSet's UID and the pod's JobSet
+UID label against the recorded one) and flags only what that re-read
+confirms. The claim is kept beside the confirmed cause, on the same line
+(`<cause> (confirmed by the controller; the sidecar reported: <claim>)`), so
+the foreign annotation keeps its one-cause-a-line contract. A report the
+re-read does not confirm flags nothing: it is logged as "sidecar report
+unconfirmed" and counted (`dispatch_sidecar_reports_total{outcome}`).
+
 What this must never do: stop, suspend, delete or otherwise change the
 workload. It only writes the TrainJob's jobset-uid and foreign annotations.
 
@@ -20,6 +32,7 @@ one, and they are not a reset.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from toolkit import adapter, detect, kube, names, raising
@@ -29,6 +42,12 @@ log = logging.getLogger(__name__)
 
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 COMPONENT = "dispatch-controller"
+# A claim kept in the flag is bounded like the sidecar's own message
+# (sidecar/check.py); a forged one can be any length.
+CLAIM_LIMIT = 1024
+# The sidecar's message names its pod (sidecar/check.py `message`); its
+# Event's reportingInstance does too, and is read first.
+_CLAIMED_POD = re.compile(r"\[seen by the sidecar of pod=(\S+)")
 
 
 def is_ours(trainjob: Obj | None) -> bool:
@@ -62,6 +81,57 @@ def pod_violation(pod: Obj, trainjob: Obj) -> detect.Violation | None:
         restart=labels.get(names.RESTART_LABEL),
         floor=raising.counts(trainjob).floor,
     )
+
+
+def _live(pod: Obj) -> bool:
+    meta = pod.get("metadata") or {}
+    return not meta.get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def claim_text(event: Obj) -> str:
+    """The report's message as one bounded line (the flag is one cause a line)."""
+    text = " ".join(str(event.get("message") or "").split())
+    return text if len(text) <= CLAIM_LIMIT else text[: CLAIM_LIMIT - 3] + "..."
+
+
+def claimed_rule(claim: str) -> str | None:
+    """The rule key the sidecar's message leads with (`<rule>: <detail> ...`)."""
+    head, sep, _ = claim.partition(": ")
+    return head if sep and re.fullmatch(r"[a-z][a-z-]*", head) else None
+
+
+def claimed_pod(event: Obj) -> str | None:
+    instance = event.get("reportingInstance")
+    if isinstance(instance, str) and instance:
+        return instance
+    found = _CLAIMED_POD.search(str(event.get("message") or ""))
+    return found.group(1).rstrip("]") if found else None
+
+
+def confirmed(*, trainjob: Obj, pod: Obj | None, jobset: Obj | None) -> list[detect.Violation]:
+    """Pure: every §7 violation the controller's own reads show for this
+    TrainJob. `pod` is the pod a report named (None when it does not exist),
+    `jobset` the TrainJob's JobSet (None when there is none); either is
+    ignored unless it belongs to this TrainJob, so a report cannot borrow
+    another TrainJob's evidence."""
+    name = trainjob["metadata"]["name"]
+    annotations = trainjob["metadata"].get("annotations") or {}
+    recorded = annotations.get(names.JOBSET_UID_ANNOTATION)
+    found: list[detect.Violation] = []
+
+    def add(violation: detect.Violation | None) -> None:
+        if violation is not None and violation not in found:
+            found.append(violation)
+
+    add(detect.floor(annotations.get(names.FLOOR_ANNOTATION)))
+    if pod is not None and ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOBSET_NAME_LABEL) == name:
+        add(pod_violation(pod, trainjob))
+        pod_jobset = (pod["metadata"].get("labels") or {}).get(names.JOBSET_UID_LABEL)
+        if pod_jobset and _live(pod):
+            add(detect.jobset_uid(recorded=recorded, seen=pod_jobset))
+    if jobset is not None and owner_trainjob(jobset) == name and not jobset["metadata"].get("deletionTimestamp"):
+        add(detect.jobset_uid(recorded=recorded, seen=jobset["metadata"]["uid"]))
+    return found
 
 
 class Detector:
@@ -111,18 +181,50 @@ class Detector:
             return False
         return self._flag(namespace=meta["namespace"], name=name, violation=violation)
 
+    def _one(self, res: kube.Resource, *, namespace: str, name: str) -> Obj | None:
+        """A fresh read by name. A list with a name selector, not a get: the
+        controller's Role lists and watches pods and JobSets, never gets them."""
+        items, _ = self.client.list(res, namespace=namespace, field_selector=f"metadata.name={name}")
+        return items[0] if items else None
+
     def event(self, event: Obj) -> bool:
-        """A sidecar's report: its message is the cause detail."""
+        """A sidecar's report: a hint to re-read the evidence, which alone decides."""
         if event.get("reason") != names.SIDECAR_VIOLATION_REASON or event.get("type") != "Warning":
             return False
         involved = event.get("involvedObject") or {}
         if involved.get("kind") != "TrainJob":
             return False
-        namespace, name = involved.get("namespace") or event["metadata"]["namespace"], involved.get("name")
+        namespace, name = event["metadata"]["namespace"], involved.get("name")
+        if not name or (involved.get("namespace") or namespace) != namespace:
+            return False
         trainjob = self._trainjob(namespace, name)
         if trainjob is None:
             return False
         if involved.get("uid") and involved["uid"] != trainjob["metadata"].get("uid"):
             return False  # a report about an earlier TrainJob of the same name
-        violation = detect.Violation("sidecar", str(event.get("message") or "sidecar reported a violation"))
-        return self._flag(namespace=namespace, name=name, violation=violation)
+        claim = claim_text(event)
+        pod_name = claimed_pod(event)
+        pod = self._one(kube.POD, namespace=namespace, name=pod_name) if pod_name else None
+        jobset = self._one(kube.JOBSET, namespace=namespace, name=name)
+        found = confirmed(trainjob=trainjob, pod=pod, jobset=jobset)
+        rule = claimed_rule(claim)
+        matching = [v for v in found if v.rule == rule]
+        where = {"trainjob": f"{namespace}/{name}", "event": event["metadata"].get("name"), "pod": pod_name,
+                 "claim": claim}
+        if not matching:
+            log.warning("sidecar report unconfirmed", extra={
+                **where, "claimed_rule": rule, "pod_found": pod is not None, "confirmed_rules": [v.rule for v in found]})
+            self._count("unconfirmed")
+        else:
+            self._count("confirmed")
+        flagged = False
+        for violation in found:
+            if violation in matching:
+                violation = detect.Violation(
+                    violation.rule, f"{violation.detail} (confirmed by the controller; the sidecar reported: {claim})")
+            flagged = self._flag(namespace=namespace, name=name, violation=violation) or flagged
+        return flagged
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.sidecar_report(outcome)

@@ -35,8 +35,18 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.sidecar_reports = prometheus_client.Counter(
+            "dispatch_sidecar_reports",
+            "Sidecar reports, by whether the controller's own re-read confirmed them",
+            ["outcome"],
+            registry=self.registry,
+        )
+
     def foreign(self, rule: str) -> None:
         self.foreign_flags.labels(rule=rule).inc()
+
+    def sidecar_report(self, outcome: str) -> None:
+        self.sidecar_reports.labels(outcome=outcome).inc()
 
 
 class HealthServer:
