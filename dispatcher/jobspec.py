@@ -15,6 +15,10 @@ Invariants:
   the two gets a `tombstone` instead: a Secret without the token key, so no
   kubelet can ever start its container, after which deleting the Job cannot
   kill a driver that ran (see `app`).
+- Least privilege: the driver container never gains privileges
+  (allowPrivilegeEscalation false, every capability dropped, the runtime's
+  default seccomp profile) and runs as non-root unless the settings say its
+  image must run as root; the pod runs under the configured ServiceAccount.
 - Requests from the settings, no limits (a memory limit would bring back the
   very SIGKILL the requests are there to avoid); backoffLimit 0 (a driver is
   never silently run twice); restartPolicy Never; ttlSecondsAfterFinished.
@@ -92,16 +96,31 @@ def driver_env(claim: backend.Claim, config: settings.Settings) -> list[Obj]:
     return env
 
 
+def security_context(config: settings.Settings) -> Obj:
+    """The driver container's securityContext."""
+    context: Obj = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsNonRoot": config.driver_run_as_non_root,
+    }
+    if config.driver_run_as_user is not None:
+        context["runAsUser"] = config.driver_run_as_user
+    return context
+
+
 def job(claim: backend.Claim, config: settings.Settings) -> Obj:
     meta_labels = labels(claim.job_id)
     annotations = {names.JOB_ID_ANNOTATION: claim.job_id}
     pod_spec: Obj = {
         "restartPolicy": "Never",
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [{
             "name": names.DRIVER_CONTAINER,
             "image": config.driver_image,
             "env": driver_env(claim, config),
             "resources": {"requests": {"cpu": config.cpu_request, "memory": config.memory_request}},
+            "securityContext": security_context(config),
         }],
     }
     if config.driver_service_account:

@@ -17,14 +17,31 @@ did report, or an earlier dispatcher did) are done; 5xx, 429 and timeouts
 are retried by the main loop with backoff; another 4xx is logged and dropped.
 After a restart a failed Job still present is reported again, and the
 backend's 409 makes that idempotent: the dispatcher keeps no state.
+
+A report never carries a token. The driver's log tail and its termination
+message are the driver's own words, and a driver may print its token (an
+HTTP library's error quoting its header): `describe` redacts every token
+this process holds (`logs.hold`: the service token, the run's own token
+and every other run's) from the log tail before it is cut to
+`MAX_LOG_CHARS` (so no token is cut in two and half kept), then from the
+whole body; `backend.report` scrubs the run's token and the service token
+once more just before sending. A token read back from a Secret is checked
+like one from a claim (`backend.token_problem`): one that is not a bearer
+token is not used (logged, never quoted). The kubelet keeps at most 4096
+bytes of a termination message, so a token it cut there cannot be matched:
+a driver should not print its token at all.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
+from collections.abc import Iterable
 from typing import Any
 
-from dispatcher import kube, names
+from dispatcher import backend, kube, logs, names
+
+log = logging.getLogger("dispatcher.reporter")
 
 Obj = dict[str, Any]
 
@@ -91,8 +108,10 @@ def summarize_events(events: list[Obj]) -> list[dict[str, Any]]:
 
 
 def describe(*, kind: str, job_name: str, job: Obj | None, pod: Obj | None, events: list[Obj],
-             log_tail: str | None, log_error: str | None, start_deadline: float | None = None) -> dict[str, Any]:
-    """The status body for a dead driver (pure)."""
+             log_tail: str | None, log_error: str | None, start_deadline: float | None = None,
+             secrets: Iterable[str] = ()) -> dict[str, Any]:
+    """The status body for a dead driver, with every held token and each of `secrets` redacted."""
+    secrets = tuple(secrets)
     container = container_state(pod)
     failure = job_failure(job)
     if kind == "vanished":
@@ -119,25 +138,35 @@ def describe(*, kind: str, job_name: str, job: Obj | None, pod: Obj | None, even
     if container.get("signal") is not None:
         error["signal"] = container["signal"]
     if log_tail is not None:
-        error["log_tail"] = log_tail[-MAX_LOG_CHARS:]
+        error["log_tail"] = logs.redact(log_tail, secrets=secrets)[-MAX_LOG_CHARS:]
     else:
         error["log_tail"] = None
         error["log_error"] = f"no log could be read: {log_error}"
-    return {"status": "failed", "error": error}
+    body = logs.scrub({"status": "failed", "error": error}, secrets=secrets)
+    assert isinstance(body, dict)
+    return body
 
 
 def token_from_secret(secret: Obj) -> str | None:
+    """The per-job token a Secret holds; None for none, or for one that is not a bearer token."""
     data = (secret.get("data") or {}).get(names.TOKEN_KEY)
     if not data:
         return None
     try:
-        return base64.b64decode(data).decode()
+        token = base64.b64decode(data).decode()
     except (ValueError, UnicodeDecodeError):
         return None
+    logs.hold(token)
+    problem = backend.token_problem(token)
+    if problem:
+        log.error("the token in the job's Secret is not a bearer token; it is not used",
+                  extra=logs.fields(secret=(secret.get("metadata") or {}).get("name"), why=f"the token {problem}"))
+        return None
+    return token
 
 
 def gather(client: kube.Kube, *, namespace: str, kind: str, job_name: str, job: Obj | None,
-           tail_lines: int, start_deadline: float | None = None) -> dict[str, Any]:
+           tail_lines: int, start_deadline: float | None = None, secrets: Iterable[str] = ()) -> dict[str, Any]:
     """Read what the report needs, each read best-effort (the reads are the I/O half of `describe`)."""
     pod: Obj | None = None
     events: list[Obj] = []
@@ -175,4 +204,4 @@ def gather(client: kube.Kube, *, namespace: str, kind: str, job_name: str, job: 
             except (kube.ApiError, kube.Unavailable):
                 pass  # the report goes without them
     return describe(kind=kind, job_name=job_name, job=job, pod=pod, events=events,
-                    log_tail=log_tail, log_error=log_error, start_deadline=start_deadline)
+                    log_tail=log_tail, log_error=log_error, start_deadline=start_deadline, secrets=secrets)

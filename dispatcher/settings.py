@@ -19,7 +19,7 @@ import re
 import urllib.parse
 from collections.abc import Mapping
 
-from dispatcher import names
+from dispatcher import backend, names
 
 IN_CLUSTER_NAMESPACE_FILE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -35,6 +35,10 @@ VARIABLES: tuple[tuple[str, str | None, str], ...] = (
      "Namespace of the driver Jobs and their Secrets."),
     ("TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT", "the namespace's `default`",
      "ServiceAccount the driver pod runs as (the driver creates sandbox pods under it)."),
+    ("TCAB_DISPATCHER_DRIVER_RUN_AS_NON_ROOT", "true",
+     "`runAsNonRoot` of the driver container (true or false); false only for a driver image that must run as root."),
+    ("TCAB_DISPATCHER_DRIVER_RUN_AS_USER", "the image's USER",
+     "`runAsUser` of the driver container (1..2147483647), for an image whose USER is a name, not a number."),
     ("TCAB_DISPATCHER_POLL_INTERVAL", "2", "Seconds to wait before claiming again after the backend had nothing (0.01..3600)."),
     ("TCAB_DISPATCHER_JOB_TTL_SECONDS", "3600", "`ttlSecondsAfterFinished` of each driver Job (0..31536000)."),
     ("TCAB_DISPATCHER_BACKEND_TIMEOUT", "10", "Seconds before a backend request times out (0.1..600)."),
@@ -70,6 +74,8 @@ class Settings:
     memory_request: str = "256Mi"
     namespace: str = "default"
     driver_service_account: str = ""
+    driver_run_as_non_root: bool = True
+    driver_run_as_user: int | None = None
     poll_interval: float = 2.0
     job_ttl_seconds: int = 3600
     backend_timeout: float = 10.0
@@ -138,6 +144,15 @@ def _dns_label(env: Mapping[str, str], name: str, default: str) -> str:
     return raw
 
 
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    if raw.strip().lower() not in ("true", "false"):
+        raise SettingsError(f"{name}={raw!r} is not true or false")
+    return raw.strip().lower() == "true"
+
+
 def _url(env: Mapping[str, str], name: str) -> str:
     raw = _required(env, name)
     parsed = urllib.parse.urlsplit(raw)
@@ -157,8 +172,9 @@ def from_env(env: Mapping[str, str]) -> Settings:
     """The one place the environment is read. Raises SettingsError."""
     backend_url = _url(env, "TCAB_BACKEND_URL")
     token = _required(env, "TCAB_BACKEND_SERVICE_TOKEN")
-    if any(c.isspace() for c in token):
-        raise SettingsError("TCAB_BACKEND_SERVICE_TOKEN contains whitespace")
+    problem = backend.token_problem(token)
+    if problem:  # never the value itself: it is a secret
+        raise SettingsError(f"TCAB_BACKEND_SERVICE_TOKEN {problem}")
     image = _required(env, "TCAB_DISPATCHER_DRIVER_IMAGE")
     if any(c.isspace() for c in image):
         raise SettingsError(f"TCAB_DISPATCHER_DRIVER_IMAGE={image!r} contains whitespace")
@@ -178,6 +194,9 @@ def from_env(env: Mapping[str, str]) -> Settings:
         memory_request=_quantity(env, "TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST", "256Mi"),
         namespace=namespace,
         driver_service_account=_dns_label(env, "TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT", ""),
+        driver_run_as_non_root=_bool(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_NON_ROOT", True),
+        driver_run_as_user=(_int(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_USER", 0, low=1, high=2_147_483_647)
+                            if _get(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_USER") is not None else None),
         poll_interval=_seconds(env, "TCAB_DISPATCHER_POLL_INTERVAL", 2.0, low=0.01, high=3600),
         job_ttl_seconds=_int(env, "TCAB_DISPATCHER_JOB_TTL_SECONDS", 3600, low=0, high=31_536_000),
         backend_timeout=_seconds(env, "TCAB_DISPATCHER_BACKEND_TIMEOUT", 10.0, low=0.1, high=600),
