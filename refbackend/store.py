@@ -12,6 +12,15 @@ is offered again; it already holds its harness slot. The dispatcher's Job
 name is derived from the run id, so offering a run again cannot make a
 second Job.
 
+Game jams: a run enqueued with a `jam` and a `model` is claimable only
+while no run of the same (jam, model) is claimed or running, under any
+harness, and no earlier run of that pair is still pending: a model's jam
+entries run one at a time, in enqueue order (each is briefed with the
+previous one's README). A claimed run whose lease expired still holds its
+jam slot, as it holds its harness slot, until it is offered again. Both
+rules are in the one statement that makes the claim, so two claimers (two
+threads, two server processes on one file) cannot both pass them.
+
 Per-job tokens are minted at enqueue (secrets.token_urlsafe). They are
 stored as they are: this is a stand-in, and the claim must hand them out.
 """
@@ -40,9 +49,12 @@ CREATE TABLE IF NOT EXISTS runs (
   state TEXT NOT NULL DEFAULT 'pending',
   claims INTEGER NOT NULL DEFAULT 0,
   lease_until REAL,
-  enqueued_at REAL NOT NULL
+  enqueued_at REAL NOT NULL,
+  jam TEXT,
+  model TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_state ON runs (state, seq);
+CREATE INDEX IF NOT EXISTS runs_harness ON runs (harness, state);
 CREATE TABLE IF NOT EXISTS reports (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
   run_id TEXT NOT NULL,
@@ -52,16 +64,29 @@ CREATE TABLE IF NOT EXISTS reports (
 );
 """
 
+# Created after the columns exist (a database from before jams gets them by ALTER TABLE first).
+JAM_INDEX = "CREATE INDEX IF NOT EXISTS runs_jam ON runs (jam, model, state, seq)"
+
+# The one statement that decides and takes a claim. A row is offered when it is
+# - a claimed run whose lease expired (it already holds its harness and jam slots), or
+# - a pending run that passes both rules:
+#   harness: its harness has no limit, or fewer than max_parallel runs claimed or running;
+#   jam:     it has no jam, or no run of its (jam, model) is claimed or running (any harness)
+#            and none enqueued before it is still pending.
+# `x.jam = r.jam` is never true for a NULL jam, so runs outside a jam skip the jam rule.
 CLAIM = """
 UPDATE runs SET state = 'claimed', claims = claims + 1, lease_until = :lease
 WHERE seq = (
   SELECT r.seq FROM runs r LEFT JOIN harnesses h ON h.name = r.harness
   WHERE (r.state = 'claimed' AND r.lease_until < :now)
-     OR (r.state = 'pending' AND (h.max_parallel IS NULL OR
-         (SELECT count(*) FROM runs x WHERE x.harness = r.harness AND x.state IN ('claimed', 'running'))
-         < h.max_parallel))
+     OR (r.state = 'pending'
+         AND (h.max_parallel IS NULL OR
+              (SELECT count(*) FROM runs x WHERE x.harness = r.harness AND x.state IN ('claimed', 'running'))
+              < h.max_parallel)
+         AND NOT EXISTS (SELECT 1 FROM runs y WHERE y.jam = r.jam AND y.model = r.model
+                         AND (y.state IN ('claimed', 'running') OR (y.state = 'pending' AND y.seq < r.seq))))
   ORDER BY r.seq LIMIT 1)
-RETURNING id, token, launch_request, harness, claims
+RETURNING id, token, launch_request, harness, claims, jam, model
 """
 
 
@@ -70,8 +95,14 @@ class Store:
         self.path = path
         self.lease_seconds = lease_seconds
         self._local = threading.local()
-        with self._db() as db:
-            db.executescript(SCHEMA)
+        db = self._db()
+        db.executescript(SCHEMA)
+        columns = {row["name"] for row in db.execute("PRAGMA table_info(runs)")}
+        for column in ("jam", "model"):
+            if column not in columns:  # a database made before jams existed
+                db.execute(f"ALTER TABLE runs ADD COLUMN {column} TEXT")
+        db.execute(JAM_INDEX)
+        db.execute("CREATE INDEX IF NOT EXISTS runs_token ON runs (token)")
 
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -88,12 +119,23 @@ class Store:
                            "ON CONFLICT (name) DO UPDATE SET max_parallel = excluded.max_parallel",
                            (name, max_parallel))
 
-    def enqueue(self, *, harness: str, launch_request: Any, run_id: str | None = None) -> dict[str, str]:
+    def enqueue(self, *, harness: str, launch_request: Any, run_id: str | None = None,
+                jam: str | None = None, model: str | None = None) -> dict[str, str] | None:
+        """The new run's id and token; None when a run with that id exists already."""
         run_id = run_id or uuid.uuid4().hex
         token = secrets.token_urlsafe(24)
-        self._db().execute("INSERT INTO runs (id, harness, launch_request, token, enqueued_at) VALUES (?, ?, ?, ?, ?)",
-                           (run_id, harness, json.dumps(launch_request), token, time.time()))
+        try:
+            self._db().execute(
+                "INSERT INTO runs (id, harness, launch_request, token, enqueued_at, jam, model) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, harness, json.dumps(launch_request), token, time.time(), jam, model))
+        except sqlite3.IntegrityError:
+            return None
         return {"id": run_id, "token": token}
+
+    def known_token(self, token: str) -> bool:
+        """Whether this is some run's per-job token (a caller holding one may learn which ids exist)."""
+        return self._db().execute("SELECT 1 FROM runs WHERE token = ?", (token,)).fetchone() is not None
 
     def claim(self) -> dict[str, Any] | None:
         db = self._db()
@@ -108,34 +150,38 @@ class Store:
         if row is None:
             return None
         return {"id": row["id"], "token": row["token"], "launch_request": json.loads(row["launch_request"]),
-                "harness": row["harness"], "claims": row["claims"]}
+                "harness": row["harness"], "claims": row["claims"], "jam": row["jam"], "model": row["model"]}
 
-    def report(self, run_id: str, *, token: str, state: str, body: Any) -> int:
-        """200 accepted, 404 unknown run, 401 wrong token, 409 already terminal."""
+    def report(self, run_id: str, *, token: str, state: str, body: Any) -> tuple[int, str | None]:
+        """(200, None) accepted; else the refusal: 404 unknown run, 401 wrong token, 409 already terminal,
+        or 409 `running` for a run nobody claimed (a run is in flight only by a claim, or the jam
+        and harness rules could be walked around)."""
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:
             row = db.execute("SELECT token, state FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
-                code = 404
-            elif not secrets.compare_digest(row["token"], token):
-                code = 401
+                answer: tuple[int, str | None] = (404, "unknown run")
+            elif not secrets.compare_digest(row["token"].encode(), token.encode()):
+                answer = (401, "wrong job token")
             elif row["state"] in TERMINAL:
-                code = 409
+                answer = (409, "run already terminal")
+            elif state == "running" and row["state"] == "pending":
+                answer = (409, "run is not claimed: only a claimed run can be running")
             else:
                 db.execute("UPDATE runs SET state = ?, lease_until = NULL WHERE id = ?", (state, run_id))
                 db.execute("INSERT INTO reports (run_id, state, body, at) VALUES (?, ?, ?, ?)",
                            (run_id, state, json.dumps(body), time.time()))
-                code = 200
+                answer = (200, None)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        return code
+        return answer
 
     def get(self, run_id: str) -> dict[str, Any] | None:
         db = self._db()
-        row = db.execute("SELECT id, harness, state, claims FROM runs WHERE id = ?", (run_id,)).fetchone()
+        row = db.execute("SELECT id, harness, jam, model, state, claims FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             return None
         reports = [{"state": r["state"], "body": json.loads(r["body"])} for r in
@@ -143,4 +189,4 @@ class Store:
         return {**dict(row), "reports": reports}
 
     def runs(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._db().execute("SELECT id, harness, state, claims FROM runs ORDER BY seq")]
+        return [dict(r) for r in self._db().execute("SELECT id, harness, jam, model, state, claims FROM runs ORDER BY seq")]

@@ -1,10 +1,19 @@
-"""The reference backend as a real subprocess over real HTTP, for tests and the bench."""
+"""The reference backend as a real subprocess over real HTTP, for tests and the bench.
+
+`Backend()` starts `python -m refbackend` with `--faults` (the fault hooks the
+dispatcher's fault tests use); pass `faults=False` for a backend started as an
+operator would start it. `db=` points a second server at the first one's
+SQLite file (two processes, one table).
+"""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import pathlib
+import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -17,20 +26,25 @@ SERVICE_TOKEN = "svc-" + "0123456789abcdef"
 
 
 class Backend:
-    def __init__(self, *, lease: float = 300.0) -> None:
+    def __init__(self, *, lease: float = 300.0, faults: bool = True, db: str | None = None,
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="refbackend-")
         env = {**os.environ, "TCAB_BACKEND_SERVICE_TOKEN": SERVICE_TOKEN}
+        self.db_path = db or f"{self.dir.name}/runs.db"
         self.stderr_path = pathlib.Path(self.dir.name) / "stderr"
+        args = [sys.executable, "-m", "refbackend", "--db", self.db_path, "--lease", str(lease), *extra_args]
+        if faults:
+            args.append("--faults")
         with self.stderr_path.open("wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "refbackend", "--db", f"{self.dir.name}/runs.db", "--lease", str(lease)],
-                cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+            self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()
         if not line.startswith("listening on "):
             self.close()
             raise RuntimeError(f"refbackend did not start: {line!r}")
         self.url = line.removeprefix("listening on ")
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        self.address = (host, int(port))
         self.token = SERVICE_TOKEN
 
     def __enter__(self) -> Backend:
@@ -63,7 +77,24 @@ class Backend:
                 return response.status, json.loads(raw) if raw else None
         except urllib.error.HTTPError as e:
             raw = e.read()
+            e.close()
             return e.code, json.loads(raw) if raw else None
+
+    def raw(self, request: bytes, *, timeout: float = 30.0) -> tuple[int, dict[str, str], bytes]:
+        """Send these exact bytes on a new connection, half-close it, and read one response.
+
+        Raises when no HTTP response arrives (the server dropped the connection).
+        """
+        with socket.create_connection(self.address, timeout=timeout) as s:
+            try:
+                s.sendall(request)
+                s.shutdown(socket.SHUT_WR)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the server answered and closed before reading it all: read that answer
+            response = http.client.HTTPResponse(s, method="POST")
+            response.begin()
+            body = response.read()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, body
 
     def enqueue(self, harness: str = "h", launch_request: Any = None, **extra: Any) -> dict[str, str]:
         code, body = self.call("POST", "/jobs", {"harness": harness, "launch_request": launch_request or {}, **extra})
@@ -78,6 +109,11 @@ class Backend:
     def runs(self) -> list[dict[str, Any]]:
         return list(self.call("GET", "/jobs")[1])
 
+    def report(self, run: dict[str, str], status: str) -> None:
+        """Say what a driver says, with the run's own token."""
+        code, body = self.call("POST", f"/jobs/{run['id']}/status", {"status": status}, token=run["token"])
+        assert code == 200, (code, body)
+
     def fault(self, **fault: Any) -> None:
         assert self.call("POST", "/_faults", fault)[0] == 200
 
@@ -86,3 +122,11 @@ class Backend:
         code, body = self.call("GET", "/_faults")
         assert code == 200, (code, body)
         return dict(body)
+
+    def dump(self) -> list[str]:
+        """Every table of the SQLite file, as SQL, read through a connection of our own."""
+        db = sqlite3.connect(self.db_path, timeout=30)
+        try:
+            return list(db.iterdump())
+        finally:
+            db.close()

@@ -79,3 +79,23 @@ def test_service_token_is_checked() -> None:
             raise AssertionError("no token was accepted")
         except urllib.error.HTTPError as e:
             assert e.code == 401
+
+
+def test_a_run_nobody_claimed_cannot_say_running_but_can_be_cancelled() -> None:
+    # "running" only follows a claim: otherwise a driver could put a run in flight past the
+    # harness limit and the jam rule, which are checked at the claim.
+    with proc.Backend() as backend:
+        run, other = backend.enqueue(), backend.enqueue()
+        code, body = backend.call("POST", f"/jobs/{run['id']}/status", {"status": "running"}, token=run["token"])
+        assert (code, body["error"]) == (409, "run is not claimed: only a claimed run can be running")
+        assert backend.get(run["id"]) == {**backend.get(run["id"]), "state": "pending", "reports": []}
+        backend.report(other, "cancelled")
+        assert backend.get(other["id"])["state"] == "cancelled"
+        assert backend.call("POST", "/jobs/next")[1]["id"] == run["id"]
+
+
+def test_an_enqueue_with_an_unknown_field_is_400_naming_it() -> None:
+    with proc.Backend() as backend:
+        code, body = backend.call("POST", "/jobs", {"harness": "h", "jam": "j", "modle": "m"})
+        assert code == 400 and body["error"].startswith("unknown field 'modle'"), body
+        assert backend.runs() == []

@@ -67,3 +67,13 @@ def test_a_client_that_goes_away_mid_request_costs_no_traceback() -> None:
         time.sleep(0.5)
         assert backend.call("POST", "/jobs/next")[0] == 204  # still serving
         assert "Traceback" not in backend.stderr(), backend.stderr()
+
+
+def test_the_fault_hooks_are_refused_unless_the_server_was_started_with_faults() -> None:
+    with proc.Backend(faults=False) as backend:
+        run = backend.enqueue()
+        for method, body in (("POST", {"status": 503, "on": "next"}), ("GET", None)):
+            code, answer = backend.call(method, "/_faults", body)
+            assert (code, answer) == (404, {"error": "the fault hooks are off (start the server with --faults)"})
+        # Nothing was injected: the claim is served for real.
+        assert backend.call("POST", "/jobs/next")[1]["id"] == run["id"]
