@@ -189,4 +189,5 @@ class Store:
         return {**dict(row), "reports": reports}
 
     def runs(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self._db().execute("SELECT id, harness, jam, model, state, claims FROM runs ORDER BY seq")]
+        rows = self._db().execute("SELECT id, harness, jam, model, state, claims FROM runs ORDER BY seq")
+        return [dict(r) for r in rows]

@@ -101,7 +101,8 @@ def test_a_jam_is_dispatched_strictly_one_entry_after_the_other_while_other_runs
             ended = time.monotonic()
             backend.report(entries[0], "succeeded")
             cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=0, reason="Completed")
-            cluster.wait(lambda: job[entries[1]["id"]] in names(), what="the second entry's Job")
+            # (Waited for through the observer, whose first sight of the Job is what the order is read from.)
+            cluster.wait(lambda: job[entries[1]["id"]] in observer.first_seen, what="the second entry's Job")
             assert observer.first_seen[job[entries[1]["id"]]] > ended
             backend.report(entries[1], "running")
             time.sleep(1.5)
@@ -111,7 +112,7 @@ def test_a_jam_is_dispatched_strictly_one_entry_after_the_other_while_other_runs
             pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, job[entries[1]["id"]]),
                                what="the second entry's driver pod")
             cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=137, reason="OOMKilled")
-            cluster.wait(lambda: job[entries[2]["id"]] in names(), what="the third entry's Job")
+            cluster.wait(lambda: job[entries[2]["id"]] in observer.first_seen, what="the third entry's Job")
             second = backend.get(entries[1]["id"])
             assert second["state"] == "failed"
             assert second["reports"][-1]["body"]["error"]["reason"] == "OOMKilled"

@@ -72,8 +72,8 @@ def requests(draw: st.DrawFn, ids: list[str], tokens: list[str]) -> bytes:
     body = draw(st.one_of(st.none(), json_text().map(str.encode), st.binary(max_size=40),
                           st.sampled_from([b'{"harness": "h"}', b'{"harness": "h", "jam": "j", "model": "m"}',
                                            b'{"status": "running"}', b'{"max_parallel": 2}'])))
-    length = "exact" if sane else draw(st.sampled_from(["exact", "exact", "exact", "none", "-1", "huge", "garbage", "short", "long",
-                                   "twice"]))
+    length = "exact" if sane else draw(st.sampled_from(
+        ["exact", "exact", "exact", "none", "-1", "huge", "garbage", "short", "long", "twice"]))
     size = len(body or b"")
     value = {"exact": str(size), "-1": "-1", "huge": str(2 * 1024 * 1024), "garbage": "12abc", "twice": None,
              "short": str(max(0, size - 3)), "long": str(size + 7), "none": None}[length]
