@@ -171,65 +171,45 @@ def status_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: s
             click.echo(f"{'cause':<{width}}  {line}")
 
 
+def _controller_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The controller's options, one for each row of the settings table
+    (toolkit/controller/settings.py). They pass their raw text on, and the
+    table's parser reads it exactly as it reads the environment: no click
+    type or `envvar=` here, so there is one rule book, not two."""
+    from toolkit.controller import settings
+
+    for spec in reversed(settings.TABLE):
+        text = spec.help_text
+        if spec.kind == "bool":
+            decl = f"{spec.option}/--no-{spec.option[2:]}"
+            fn = click.option(decl, spec.field, default=None, help=text)(fn)
+        else:
+            metavar = "INTEGER" if spec.kind == "int" else spec.kind.upper().replace("-", "_")
+            fn = click.option(spec.option, spec.field, default=None, metavar=metavar, help=text)(fn)
+    return fn
+
+
 @click.command("controller")
-@_cluster_options
-@click.option("--namespace", "watch_namespace", envvar="DISPATCH_CONTROLLER_NAMESPACE", default=None,
-              help="Watch only this namespace (default: all; env DISPATCH_CONTROLLER_NAMESPACE).")
-@click.option("--controller-name", envvar="DISPATCH_CONTROLLER_CONTROLLER_NAME", default=None,
-              help="AdmissionCheck spec.controllerName to serve (env DISPATCH_CONTROLLER_CONTROLLER_NAME).")
-@click.option("--leader-elect/--no-leader-elect", envvar="DISPATCH_CONTROLLER_LEADER_ELECT", default=None,
-              help="Campaign for the Lease before acting (default on; env DISPATCH_CONTROLLER_LEADER_ELECT).")
-@click.option("--lease-namespace", envvar="DISPATCH_CONTROLLER_LEASE_NAMESPACE", default=None,
-              help="Namespace of the Lease (env DISPATCH_CONTROLLER_LEASE_NAMESPACE, default dispatch-system).")
-@click.option("--lease-name", envvar="DISPATCH_CONTROLLER_LEASE_NAME", default=None,
-              help="Name of the Lease (env DISPATCH_CONTROLLER_LEASE_NAME, default dispatch-controller).")
-@click.option("--lease-duration", envvar="DISPATCH_CONTROLLER_LEASE_DURATION", type=click.IntRange(3, 3600), default=None,
-              help="Lease duration in seconds (env DISPATCH_CONTROLLER_LEASE_DURATION, default 15).")
-@click.option("--health-port", envvar="DISPATCH_CONTROLLER_HEALTH_PORT", type=click.IntRange(0, 65535), default=None,
-              help="Port of /healthz, /readyz, /metrics; 0 picks one (env DISPATCH_CONTROLLER_HEALTH_PORT, default 8080).")
-@click.option("--health-host", envvar="DISPATCH_CONTROLLER_HEALTH_HOST", default=None,
-              help="Address /healthz, /readyz, /metrics bind to (env DISPATCH_CONTROLLER_HEALTH_HOST, default 0.0.0.0).")
-@click.option("--workers", envvar="DISPATCH_CONTROLLER_WORKERS", type=click.IntRange(1, 64), default=None,
-              help="Reconcile workers (env DISPATCH_CONTROLLER_WORKERS, default 4).")
-def controller_cmd(
-    kubeconfig: str | None,
-    context: str | None,
-    watch_namespace: str | None,
-    controller_name: str | None,
-    leader_elect: bool | None,
-    lease_namespace: str | None,
-    lease_name: str | None,
-    lease_duration: int | None,
-    health_port: int | None,
-    health_host: str | None,
-    workers: int | None,
-) -> None:
+@_controller_options
+def controller_cmd(**options: Any) -> None:
     """Run the admission-check controller and reset detector (JSON logs on stderr).
+
+    Every option has an environment twin (DISPATCH_CONTROLLER_<OPTION>); an
+    option beats its variable, which beats the default.
 
     \b
     Example:
-      toolkit controller --kubeconfig ~/.kube/config --health-port 8081
+      toolkit controller --kubeconfig ~/.kube/config --context dev --health-port 8081
     """
     from toolkit.controller import app
 
-    overrides: dict[str, Any] = {
-        "kubeconfig": kubeconfig,
-        "namespace": watch_namespace,
-        "controller_name": controller_name,
-        "leader_elect": leader_elect,
-        "lease_namespace": lease_namespace,
-        "lease_name": lease_name,
-        "health_port": health_port,
-        "health_host": health_host,
-        "workers": workers,
-        "lease_duration": lease_duration,  # renew and retry follow it unless set (Settings.from_env)
-    }
     try:
-        settings = app.Settings.from_env(**overrides)
+        settings = app.Settings.from_env(**options)
     except app.SettingsError as exc:
         raise cli.with_context(cli.BadInput(str(exc))) from None
     try:
         code = app.run(settings)
     except kube.ConfigError as exc:
-        raise _refusal(f"--kubeconfig: {exc}") from None
+        where = "--kubeconfig" if settings.context is None else f"--kubeconfig, --context {settings.context}"
+        raise _refusal(f"{where}: {exc}") from None
     sys.exit(code)

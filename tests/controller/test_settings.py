@@ -1,17 +1,26 @@
 """The controller's settings: defaults, the environment, the CLI's options
-over both (`Settings.from_env` is the one place they are read), and that the
-health server binds the address it was given."""
+over both (`Settings.from_env` is the one place they are read), that the
+health server binds the address it was given, and that the kubeconfig
+context given is the one used."""
 
 from __future__ import annotations
 
+import os
 import pathlib
+import socket
+import subprocess
+import sys
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
+from tests.controller.conftest import ControllerProcess, wait_until
 from toolkit import cli_cluster
 from toolkit.controller import app
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_the_health_host_defaults_to_every_interface_for_in_cluster_probes() -> None:
@@ -63,3 +72,63 @@ def test_the_health_server_binds_the_health_host(start_controller: Any, extra: l
     starting = next(line for line in ctl.lines if line.get("msg") == "starting")
     assert starting["health_host"] == expected
     assert _listening(ctl.port) == [expected]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _two_contexts(live_kubeconfig: str, path: pathlib.Path, *, current: str) -> str:
+    """One kubeconfig, two contexts: `live` (the real apiserver) and `dead`
+    (the same credentials, a port nothing listens on)."""
+    config = yaml.safe_load(pathlib.Path(live_kubeconfig).read_text())
+    cluster, user = config["clusters"][0], config["users"][0]
+    dead = {"name": "dead", "cluster": {**cluster["cluster"], "server": f"https://127.0.0.1:{_free_port()}"}}
+    config["clusters"] = [{**cluster, "name": "live"}, dead]
+    config["contexts"] = [{"name": name, "context": {"cluster": name, "user": user["name"]}} for name in ("live", "dead")]
+    config["current-context"] = current
+    path.write_text(yaml.safe_dump(config))
+    return dead["cluster"]["server"]
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize(("chosen", "current"), [("live", "dead"), ("dead", "live")])
+def test_the_controller_talks_to_the_context_it_is_given_not_the_current_one(
+        controller_kubeconfig: str, namespace: str, tmp_path: pathlib.Path, chosen: str, current: str) -> None:
+    kubeconfig = tmp_path / "two-contexts.yaml"
+    dead_server = _two_contexts(controller_kubeconfig, kubeconfig, current=current)
+    ctl = ControllerProcess(kubeconfig=str(kubeconfig), namespace=namespace, leader_elect=False,
+                            extra=["--context", chosen])
+    try:
+        if chosen == "live":
+            ctl.wait_ready()
+            assert not [line for line in ctl.lines if "list/watch failed" in str(line.get("msg"))]
+        else:
+            port = dead_server.rsplit(":", 1)[1]
+            wait_until(lambda: [line for line in list(ctl.lines) if "list/watch failed" in str(line.get("msg"))
+                                and f"port={port}" in str(line.get("msg"))], what="the dead server refused")
+            assert not ctl.ready.is_set()
+            assert ctl.get("/readyz")[0] == 503
+    finally:
+        assert ctl.stop() == 0
+
+
+def test_a_context_the_kubeconfig_lacks_is_one_line_naming_it(tmp_path: pathlib.Path) -> None:
+    kubeconfig = tmp_path / "kc.yaml"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "a",
+        "clusters": [{"name": "a", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "a", "user": {"token": "x"}}],
+        "contexts": [{"name": "a", "context": {"cluster": "a", "user": "a"}}],
+    }))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_") and k != "KUBECONFIG"}
+    # A process with a deadline: a controller that ignored the context would run, not refuse.
+    proc = subprocess.run([sys.executable, "-m", "toolkit.controller", "--kubeconfig", str(kubeconfig),
+                           "--context", "nope", "--health-port", "0"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: --kubeconfig, --context nope: cannot load a cluster config")
+    assert "nope" in lines[0].split(": cannot load")[1], lines

@@ -1,7 +1,8 @@
-"""The controller's settings: CLI option > environment > default, read in
-one place (`Settings.from_env`), and a value it cannot run with is one line
-naming the variable (exit 2), never a traceback, also for the settings that
-have no CLI option (renew deadline, retry period)."""
+"""The controller's settings: CLI option > environment > default, one table
+and one parser for both (`toolkit.controller.settings`), and a value it
+cannot run with is one line naming the variable or the option and the bound
+(exit 2), never a traceback. Every variable is tested through the option and
+through the environment, and the two must agree on every value."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner
 
-from toolkit.controller import app
+from toolkit import cli_cluster
+from toolkit.controller import admission, app, settings
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -69,7 +72,7 @@ def test_renew_and_retry_follow_the_lease_duration_unless_set():
          "(15 s, DISPATCH_CONTROLLER_LEASE_DURATION or --lease-duration)"),
         ({"DISPATCH_CONTROLLER_RETRY_PERIOD": "9"},
          "DISPATCH_CONTROLLER_RETRY_PERIOD=9: 1.2 times it must be less than the renew deadline "
-         "(10 s, DISPATCH_CONTROLLER_RENEW_DEADLINE)"),
+         "(10 s, DISPATCH_CONTROLLER_RENEW_DEADLINE or --renew-deadline)"),
     ],
 )
 def test_a_value_the_controller_cannot_run_with_names_its_variable(env, message):
@@ -106,3 +109,113 @@ def test_the_controller_process_takes_the_option_over_the_environment_over_the_d
             f"Error: DISPATCH_CONTROLLER_RENEW_DEADLINE=25: must be less than the lease duration "
             f"({lease} s, DISPATCH_CONTROLLER_LEASE_DURATION or --lease-duration)"
         ])
+
+
+# Every setting, as the tests pin it (not read from the implementation's
+# table, so a changed name, bound or default fails here):
+# field, variable, option, a good value, what it parses to, a bad value, the bound.
+ROWS = [
+    ("kubeconfig", "DISPATCH_CONTROLLER_KUBECONFIG", "--kubeconfig", "/tmp/kc", "/tmp/kc", None, None),
+    ("context", "DISPATCH_CONTROLLER_CONTEXT", "--context", "dev@east", "dev@east", "two words",
+     "expected text without whitespace, at most 253 characters"),
+    ("namespace", "DISPATCH_CONTROLLER_NAMESPACE", "--namespace", "team-a", "team-a", "Team_A",
+     "expected a DNS-1123 label (lowercase letters, digits and '-', at most 63)"),
+    ("controller_name", "DISPATCH_CONTROLLER_CONTROLLER_NAME", "--controller-name", "x.example/check",
+     "x.example/check", "x y", "expected text without whitespace, at most 253 characters"),
+    ("leader_elect", "DISPATCH_CONTROLLER_LEADER_ELECT", "--no-leader-elect", "off", False, "t",
+     "expected one of 0, 1, false, no, off, on, true, yes"),
+    ("lease_name", "DISPATCH_CONTROLLER_LEASE_NAME", "--lease-name", "a.lease", "a.lease", "Lease!",
+     "expected a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253)"),
+    ("lease_namespace", "DISPATCH_CONTROLLER_LEASE_NAMESPACE", "--lease-namespace", "ns-1", "ns-1", "ns.1",
+     "expected a DNS-1123 label (lowercase letters, digits and '-', at most 63)"),
+    ("lease_duration", "DISPATCH_CONTROLLER_LEASE_DURATION", "--lease-duration", "30", 30, "2",
+     "expected a whole number from 3 to 3600"),
+    ("renew_deadline", "DISPATCH_CONTROLLER_RENEW_DEADLINE", "--renew-deadline", "9", 9, "0",
+     "expected a whole number from 1 to 3600"),
+    ("retry_period", "DISPATCH_CONTROLLER_RETRY_PERIOD", "--retry-period", "3", 3, "3601",
+     "expected a whole number from 1 to 3600"),
+    ("health_port", "DISPATCH_CONTROLLER_HEALTH_PORT", "--health-port", "9090", 9090, "65536",
+     "expected a whole number from 0 to 65535"),
+    ("health_host", "DISPATCH_CONTROLLER_HEALTH_HOST", "--health-host", "::1", "::1", "local host",
+     "expected an IP address or a host name"),
+    ("workers", "DISPATCH_CONTROLLER_WORKERS", "--workers", "8", 8, "+8", "expected a whole number from 1 to 64"),
+]
+
+
+def test_the_rows_cover_every_setting_of_the_table_and_the_dataclass():
+    fields = [row[0] for row in ROWS]
+    assert fields == [spec.field for spec in settings.TABLE]
+    assert sorted(fields) == sorted(f.name for f in __import__("dataclasses").fields(app.Settings))
+    assert settings.CONTROLLER_NAME == admission.CONTROLLER_NAME
+
+
+def _invoke(monkeypatch: pytest.MonkeyPatch, argv: list[str], env: dict[str, str]):
+    """`toolkit controller` up to the point it would start: the settings it
+    would run with, or its refusal."""
+    seen: list[app.Settings] = []
+    monkeypatch.setattr(app, "run", lambda s: seen.append(s) or 0)
+    clean = {k: None for k in os.environ if k.startswith("DISPATCH_")}
+    result = CliRunner().invoke(cli_cluster.controller_cmd, argv, env={**clean, **env})
+    return result, (seen[0] if seen else None)
+
+
+@pytest.mark.parametrize(("field", "var", "option", "good", "value", "bad", "bound"), ROWS, ids=[r[0] for r in ROWS])
+def test_every_setting_reaches_the_controller_through_its_variable_and_its_option(
+        monkeypatch, field, var, option, good, value, bad, bound):
+    argv = [option] if field == "leader_elect" else [option, good]
+    for how, args, env in (("variable", [], {var: good}), ("option", argv, {})):
+        result, seen = _invoke(monkeypatch, args, env)
+        assert (result.exit_code, result.stderr) == (0, ""), (how, result.output)
+        assert getattr(seen, field) == value, how
+    # the option beats the variable
+    if field != "leader_elect":
+        other = {"30": "40", "9": "8", "3": "4", "9090": "9091", "8": "9"}.get(good, good + "x" if field not in (
+            "health_host",) else "127.0.0.1")
+        result, seen = _invoke(monkeypatch, argv, {var: other})
+        assert result.exit_code == 0, result.output
+        assert getattr(seen, field) == value
+
+
+@pytest.mark.parametrize(("field", "var", "option", "good", "value", "bad", "bound"),
+                         [r for r in ROWS if r[5] is not None], ids=[r[0] for r in ROWS if r[5] is not None])
+def test_a_bad_value_through_either_is_one_line_naming_it_and_its_bound(
+        monkeypatch, field, var, option, good, value, bad, bound):
+    shown = repr(bad) if not bad.isdigit() else bad
+    result, seen = _invoke(monkeypatch, [], {var: bad})
+    assert (result.exit_code, seen, result.stdout) == (2, None, "")
+    assert result.stderr.splitlines() == [f"Error: {var}={shown}: {bound}"]
+    if field == "leader_elect":
+        return  # a flag pair: there is no text to get wrong
+    result, seen = _invoke(monkeypatch, [option, bad], {})
+    assert (result.exit_code, seen, result.stdout) == (2, None, "")
+    assert result.stderr.splitlines() == [f"Error: {option}={shown}: {bound}"]
+
+
+TRICKY = ["t", "T", "y", "TRUE", " on ", "Off", "1", "+8", " 8", "08", "0x10", "1e3", "８", "-1", "0", "64", "65",
+          "3600", "team-a", "Team-A", "a..b", "-a", "a" * 64, "::1", "0.0.0.0", "host name", "127.0.0.1:80"]
+
+
+def _verdict(result, seen, field: str, source: str) -> tuple[str, object]:
+    """("ok", the value) or ("refused", the message without the name of
+    where the value came from, which is all the two sides may differ in)."""
+    if seen is not None:
+        return "ok", getattr(seen, field)
+    message = result.stderr.strip().removeprefix("Error: ")
+    return "refused", message.removeprefix(f"{source}=")
+
+
+@pytest.mark.parametrize("field", [row[0] for row in ROWS if row[0] != "kubeconfig"])
+def test_the_variable_and_the_option_agree_on_every_value(monkeypatch, field):
+    """The bug this replaced: click's own rules for the options (and their
+    `envvar=`) and `from_env`'s for the variables, e.g. LEADER_ELECT=t."""
+    spec = settings.BY_FIELD[field]
+    for raw in TRICKY:
+        try:
+            direct = ("ok", getattr(app.Settings.from_env({spec.env: raw}), field))
+        except app.SettingsError as exc:
+            direct = ("refused", str(exc).removeprefix(f"{spec.env}="))
+        result, seen = _invoke(monkeypatch, [], {spec.env: raw})
+        assert _verdict(result, seen, field, spec.env) == direct, raw
+        if spec.kind != "bool":
+            result, seen = _invoke(monkeypatch, [spec.option, raw], {})
+            assert _verdict(result, seen, field, spec.option) == direct, raw

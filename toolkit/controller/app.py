@@ -23,15 +23,13 @@ standby rather than keep acting on stale leadership. SIGTERM finishes the
 current step and exits 0.
 
 Settings come from the environment (DISPATCH_CONTROLLER_*), overridden by
-the CLI's options; `Settings.from_env` is the one place they are read.
+the CLI's options; one table and one parser for both (`settings`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -40,95 +38,16 @@ from typing import Any
 
 from toolkit import kube, names
 from toolkit.controller import admission, detector, health, informer, queue
+from toolkit.controller import settings as settings_mod
 
 log = logging.getLogger("toolkit.controller")
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    namespace: str = ""  # "" watches every namespace
-    controller_name: str = admission.CONTROLLER_NAME
-    leader_elect: bool = True
-    lease_name: str = "dispatch-controller"
-    lease_namespace: str = "dispatch-system"
-    lease_duration: int = 15
-    renew_deadline: int = 10
-    retry_period: int = 2
-    health_port: int = 8080
-    # Every interface, as a pod's probes need; a test or a laptop binds loopback.
-    health_host: str = "0.0.0.0"
-    workers: int = 4
-    kubeconfig: str | None = None
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
-        """Precedence: explicit overrides (CLI options) > environment
-        (DISPATCH_CONTROLLER_<FIELD>; empty counts as unset) > defaults.
-        renew_deadline and retry_period, unless set, follow the lease
-        duration. A value the controller cannot run with raises
-        SettingsError, one line naming the variable."""
-        env = dict(os.environ if env is None else env)
-        values: dict[str, Any] = {}
-        for field in dataclasses.fields(cls):
-            var = env_var(field.name)
-            raw = env.get(var)
-            if raw is None or raw == "":
-                continue
-            if field.type in ("int", int):
-                values[field.name] = _parse_int(var, raw, _INT_RANGES[field.name])
-            elif field.type in ("bool", bool):
-                if raw.lower() not in _BOOLS:
-                    raise SettingsError(f"{var}={raw!r}: expected one of {', '.join(sorted(_BOOLS))}")
-                values[field.name] = _BOOLS[raw.lower()]
-            else:
-                values[field.name] = raw
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        lease = values.get("lease_duration", cls.lease_duration)
-        # The client library's bounds: lease > renew > 1.2 x retry.
-        values.setdefault("renew_deadline", max(2, lease * 2 // 3))
-        values.setdefault("retry_period", 1 if lease < 6 else 2)
-        settings = cls(**values)
-        if settings.renew_deadline >= settings.lease_duration:
-            raise SettingsError(
-                f"{env_var('renew_deadline')}={settings.renew_deadline}: must be less than the lease duration "
-                f"({settings.lease_duration} s, {env_var('lease_duration')} or --lease-duration)"
-            )
-        if settings.renew_deadline <= 1.2 * settings.retry_period:
-            raise SettingsError(
-                f"{env_var('retry_period')}={settings.retry_period}: 1.2 times it must be less than the renew "
-                f"deadline ({settings.renew_deadline} s, {env_var('renew_deadline')})"
-            )
-        return settings
-
-
-class SettingsError(ValueError):
-    """A setting the controller cannot run with: one line naming it."""
-
-
-def env_var(field: str) -> str:
-    return f"DISPATCH_CONTROLLER_{field.upper()}"
-
-
-# The CLI options' ranges, and the same for the settings that have no option.
-_INT_RANGES = {
-    "lease_duration": (3, 3600),
-    "renew_deadline": (1, 3600),
-    "retry_period": (1, 3600),
-    "health_port": (0, 65535),
-    "workers": (1, 64),
-}
-_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
-
-
-def _parse_int(var: str, raw: str, bounds: tuple[int, int]) -> int:
-    low, high = bounds
-    text = raw.strip()
-    if not text.isascii() or not text.isdigit():
-        raise SettingsError(f"{var}={raw!r}: expected a whole number from {low} to {high}")
-    value = int(text)
-    if not low <= value <= high:
-        raise SettingsError(f"{var}={value}: expected a whole number from {low} to {high}")
-    return value
+# The settings live in their own module (one table, one parser); these
+# names stay here for the process's callers.
+Settings = settings_mod.Settings
+SettingsError = settings_mod.SettingsError
+env_var = settings_mod.env_var
 
 
 class JsonFormatter(logging.Formatter):
@@ -305,7 +224,7 @@ def run(settings: Settings) -> int:
     """The process: health server, leader election, the controller. Returns
     the exit status (0 after SIGTERM, 1 when the lease was lost)."""
     setup_logging()
-    client = kube.load(kubeconfig=settings.kubeconfig)
+    client = kube.load(kubeconfig=settings.kubeconfig, context=settings.context)
     metrics = health.Metrics()
     server = health.HealthServer(host=settings.health_host, port=settings.health_port, metrics=metrics)
     server.start()
