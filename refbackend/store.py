@@ -73,19 +73,25 @@ JAM_INDEX = "CREATE INDEX IF NOT EXISTS runs_jam ON runs (jam, model, state, seq
 #   harness: its harness has no limit, or fewer than max_parallel runs claimed or running;
 #   jam:     it has no jam, or no run of its (jam, model) is claimed or running (any harness)
 #            and none enqueued before it is still pending.
-# `x.jam = r.jam` is never true for a NULL jam, so runs outside a jam skip the jam rule.
+# and of those, the first enqueued. Each kind is looked for on its own, in enqueue order along
+# the (state, seq) index, stopping at the first that passes: a queue of thousands costs a claim
+# only the rows it has to skip, not a sort of all of them.
 CLAIM = """
 UPDATE runs SET state = 'claimed', claims = claims + 1, lease_until = :lease
-WHERE seq = (
-  SELECT r.seq FROM runs r LEFT JOIN harnesses h ON h.name = r.harness
-  WHERE (r.state = 'claimed' AND r.lease_until < :now)
-     OR (r.state = 'pending'
-         AND (h.max_parallel IS NULL OR
-              (SELECT count(*) FROM runs x WHERE x.harness = r.harness AND x.state IN ('claimed', 'running'))
-              < h.max_parallel)
-         AND NOT EXISTS (SELECT 1 FROM runs y WHERE y.jam = r.jam AND y.model = r.model
-                         AND (y.state IN ('claimed', 'running') OR (y.state = 'pending' AND y.seq < r.seq))))
-  ORDER BY r.seq LIMIT 1)
+WHERE seq = (SELECT min(seq) FROM (
+  SELECT seq FROM (
+    SELECT r.seq FROM runs r WHERE r.state = 'claimed' AND r.lease_until < :now ORDER BY r.seq LIMIT 1)
+  UNION ALL
+  SELECT seq FROM (
+    SELECT r.seq FROM runs r LEFT JOIN harnesses h ON h.name = r.harness
+    WHERE r.state = 'pending'
+      AND (h.max_parallel IS NULL OR
+           (SELECT count(*) FROM runs x WHERE x.harness = r.harness AND x.state IN ('claimed', 'running'))
+           < h.max_parallel)
+      AND (r.jam IS NULL OR NOT EXISTS (
+           SELECT 1 FROM runs y WHERE y.jam = r.jam AND y.model = r.model
+           AND (y.state IN ('claimed', 'running') OR (y.state = 'pending' AND y.seq < r.seq))))
+    ORDER BY r.seq LIMIT 1)))
 RETURNING id, token, launch_request, harness, claims, jam, model
 """
 
