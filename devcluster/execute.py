@@ -15,6 +15,13 @@ Invariants:
   pod, as a kubelet does. A pod whose env needs something this resolver does
   not implement (configMapKeyRef, resourceFieldRef, envFrom) is an error,
   never an empty value.
+- A sidecar (an initContainer, run by `run_sidecar`) gets what the kubelet
+  gives it: its Downward API volume written from the pod (labels and
+  annotations in the kubelet's `key="value"` format, Go-quoted), the projected
+  ServiceAccount volume the apiserver added (a token the caller got by
+  TokenRequest, the cluster CA, the namespace), and
+  KUBERNETES_SERVICE_HOST/PORT; host network, so it reaches the apiserver on
+  loopback. Any other volume kind is an error.
 - No container outlives its run: each is `--rm`, named, and labelled with
   this test process's SESSION_LABEL; when a run times out, killing the podman
   client does not stop the container (conmon keeps it), so it is removed by
@@ -28,7 +35,9 @@ import dataclasses
 import os
 import pathlib
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -167,14 +176,124 @@ def _remove(name: str, *, attempts: int = 20) -> str:
 
 def run(pod: Obj, *, container_name: str, timeout: float = 60.0) -> Execution:
     """Run the pod's container with podman (no network, removed after) and parse its output."""
-    spec = pod["spec"]
-    container = next(c for c in spec["containers"] if c["name"] == container_name)
-    env = resolve_env(pod, container)
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == container_name)
+    return _podman_run(pod, container, ["--network=none"], [], timeout=timeout)
+
+
+def go_quote(value: str) -> str:
+    """Go's strconv.Quote, as the kubelet writes a label or annotation value.
+    (Python's isprintable and Go's unicode.IsPrint agree: both exclude the
+    categories C* and Z* but the ASCII space; only a character newer than this
+    Python's Unicode tables is escaped here and written as itself by Go, and
+    the sidecar reads both forms back the same.)"""
+    out = ['"']
+    for ch in value:
+        code = ord(ch)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        elif ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+               "\v": "\\v"}
+
+
+def downward_file(pod: Obj, path: str) -> str:
+    """A Downward API volume file's content for fieldRef PATH."""
+    meta = pod.get("metadata", {})
+    if path in ("metadata.labels", "metadata.annotations"):
+        values = meta.get(path.split(".")[1]) or {}
+        return "\n".join(f"{k}={go_quote(str(v))}" for k, v in sorted(values.items()))
+    return field_ref(pod, path)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceAccount:
+    """What the kubelet mounts for the pod's ServiceAccount, and where the apiserver is."""
+
+    token: str
+    ca_pem: str
+    host: str
+    port: int
+
+
+def run_sidecar(pod: Obj, *, container_name: str, account: ServiceAccount, env: dict[str, str] | None = None,
+                timeout: float = 60.0) -> Execution:
+    """Run the pod's initContainer CONTAINER_NAME as the kubelet would (see the module docstring),
+    with ENV added (a bound on its checks, say); removed after."""
+    container = next(c for c in pod["spec"].get("initContainers") or [] if c["name"] == container_name)
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix="e2e-sidecar-"))  # 0700: only its mounts are opened up
+    try:
+        options = ["--network=host"]
+        for mount in container.get("volumeMounts") or []:
+            files = _open_dir(scratch / mount["name"])
+            for path, content in _volume_files(pod, volumes.get(mount["name"], {}), account):
+                (files / path).write_text(content)
+                (files / path).chmod(0o644)
+            options += ["--volume", f"{files}:{mount['mountPath']}:ro"]
+        security = container.get("securityContext") or {}
+        if security.get("readOnlyRootFilesystem"):
+            options.append("--read-only")
+        if "ALL" in (security.get("capabilities") or {}).get("drop", []):
+            options.append("--cap-drop=ALL")
+        if security.get("allowPrivilegeEscalation") is False:
+            options += ["--security-opt", "no-new-privileges"]
+        extra = [("KUBERNETES_SERVICE_HOST", account.host), ("KUBERNETES_SERVICE_PORT", str(account.port)),
+                 *(env or {}).items()]
+        return _podman_run(pod, container, options, extra, timeout=timeout)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _volume_files(pod: Obj, volume: Obj, account: ServiceAccount) -> list[tuple[str, str]]:
+    """(path, content) of each file the kubelet would put in VOLUME: a downwardAPI volume, or the
+    projected ServiceAccount volume (token, the cluster CA's ConfigMap, the namespace)."""
+    if "downwardAPI" in volume:
+        return [(i["path"], downward_file(pod, i["fieldRef"]["fieldPath"])) for i in volume["downwardAPI"]["items"]]
+    if "projected" not in volume:
+        raise ResolveError(f"volume {volume.get('name')}: only downwardAPI and projected volumes are supported "
+                           f"by the e2e executor, got {sorted(volume)}")
+    files: list[tuple[str, str]] = []
+    for source in volume["projected"].get("sources") or []:
+        if "serviceAccountToken" in source:
+            files.append((source["serviceAccountToken"]["path"], account.token))
+        elif (source.get("configMap") or {}).get("name") == "kube-root-ca.crt":
+            files += [(i["path"], account.ca_pem) for i in source["configMap"].get("items") or []]
+        elif "downwardAPI" in source:
+            files += [(i["path"], downward_file(pod, i["fieldRef"]["fieldPath"]))
+                      for i in source["downwardAPI"]["items"]]
+        else:
+            raise ResolveError(f"volume {volume.get('name')}: projected source {sorted(source)} is not supported "
+                               "by the e2e executor")
+    return files
+
+
+def _open_dir(path: pathlib.Path) -> pathlib.Path:
+    path.mkdir()
+    path.chmod(0o755)  # a non-root container user reads it
+    return path
+
+
+def _podman_run(pod: Obj, container: Obj, options: list[str], extra: list[tuple[str, str]], *,
+                timeout: float) -> Execution:
+    env = [*resolve_env(pod, container), *extra]
     env_map = dict(env)
     command = [expand(a, env_map) for a in container.get("command") or []]
     args = [expand(a, env_map) for a in container.get("args") or []]
     name = f"e2e-{SESSION}-{uuid.uuid4().hex[:8]}"
-    argv = ["run", "--rm", "--network=none", "--pull=never", "--name", name, "--label", f"{SESSION_LABEL}={SESSION}"]
+    argv = ["run", "--rm", *options, "--pull=never", "--name", name, "--label", f"{SESSION_LABEL}={SESSION}"]
     for k, v in env:
         argv += ["--env", f"{k}={v}"]
     if command:

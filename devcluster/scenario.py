@@ -13,16 +13,21 @@ first.
 
 from __future__ import annotations
 
+import pathlib
 import time
+import urllib.parse
 from typing import Any
 
 import kubernetes.client
+import kubernetes.utils
+import yaml
 
 from devcluster import execute, stack as stack_mod
 from toolkit import adapter, kube, names, render
 from toolkit import request as request_mod
 
 IMAGE = "localhost/dispatch-base/busybox:1.35-static"
+SIDECAR_RBAC = pathlib.Path(__file__).resolve().parents[1] / "deployments" / "k8s" / "base" / "sidecar"
 JOB_ID = "e2e.job"  # JobIDs may hold dots: the token is parsed from the right
 GENERATION, SUBMISSION, ATTEMPT = 3, 7, 1
 WAIT_SECONDS = 90.0
@@ -73,10 +78,17 @@ class Scenario:
         self.executions: list[execute.Execution] = []
         self.flag_at_run: list[str | None] = []  # the foreign annotation just before each execution
         self.seen_pods: set[str] = set()
-        # The sidecar's ServiceAccount (deployments/k8s/base/sidecar grants it its rights).
+        # The sidecar's ServiceAccount, Role and RoleBinding, as deployments/k8s/base/sidecar ships them
+        # (once per namespace: a second scenario in it finds them there).
         if service_account:
-            self.core.create_namespaced_service_account(namespace,
-                                                        {"metadata": {"name": names.SIDECAR_SERVICE_ACCOUNT}})
+            for path in sorted(SIDECAR_RBAC.glob("*.yaml")):
+                if path.name == "kustomization.yaml":
+                    continue
+                try:
+                    kubernetes.utils.create_from_dict(api, yaml.safe_load(path.read_text()), namespace=namespace)
+                except kubernetes.utils.FailToCreateError as e:
+                    if any(x.status != 409 for x in e.api_exceptions):
+                        raise
 
     def create_runtime(self, doc: dict[str, Any], *, fit: bool = True) -> None:
         body = render.runtime(doc) if fit else doc
@@ -150,6 +162,24 @@ class Scenario:
         self.executions.append(result)
         self.flag_at_run.append(flag)
         return result
+
+    def run_sidecar(self, pod: dict[str, Any], *, checks: int = 1) -> execute.Execution:
+        """Run the pod's sidecar verifier in its image as the kubelet would, for CHECKS checks: the
+        pod's ServiceAccount token from a TokenRequest, the apiserver on loopback."""
+        account = pod["spec"]["serviceAccountName"]
+        token = self.core.create_namespaced_service_account_token(
+            account, self.namespace, {"spec": {"expirationSeconds": 600}}).status.token
+        server = urllib.parse.urlsplit(self.stack.plane.server)
+        sa = execute.ServiceAccount(token=token, ca_pem=pathlib.Path(self.stack.plane.ca_file).read_text(),
+                                    host=server.hostname or "", port=server.port or 443)
+        return execute.run_sidecar(pod, container_name=names.SIDECAR_CONTAINER, account=sa,
+                                   env={"DISPATCH_SIDECAR_MAX_CHECKS": str(checks)})
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        """Events about this TrainJob with REASON."""
+        listed = self.core.list_namespaced_event(self.namespace,
+                                                 field_selector=f"involvedObject.name={self.name},reason={reason}")
+        return [self.api.sanitize_for_serialization(e) for e in listed.items]
 
     def end(self, pod: dict[str, Any], exit_code: int) -> None:
         self.core.patch_namespaced_pod(pod["metadata"]["name"], self.namespace,

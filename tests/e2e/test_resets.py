@@ -4,9 +4,10 @@ controller flags the TrainJob foreign with the exact cause; our runtime patch
 rewritten lower does not lower the next raise (the floor holds); a pod that
 runs below the floor is flagged too, by the controller's own pod check and
 by the real sidecar verifier run for that pod (kwok runs no containers, so
-the test runs the sidecar process itself, with the pod's own metadata as
-its Downward API files and a token of the shipped sidecar Role), whose
-Event the controller turns into the foreign flag. Plain mode, with our
+devcluster/execute.py runs the sidecar container in its image as a kubelet
+would: the pod's own metadata as its Downward API files, a TokenRequest token
+of the pod's ServiceAccount under the shipped sidecar Role), whose Event the
+controller confirms and turns into the foreign flag. Plain mode, with our
 controller running.
 
 Every pod is executed, the rebuilt JobSet's and the below-floor ones too:
@@ -19,23 +20,15 @@ the test shows it repeats and that the flag follows.
 from __future__ import annotations
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import kubernetes.client
-import kubernetes.utils
 import pytest
-import yaml
 
 from devcluster import scenario as flow, stack as stack_mod
 from devcluster.scenario import Scenario
-from tests.sidecar import test_sidecar_cluster as sidecar_kit
 from toolkit import adapter, kube, names, raising
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 E2E_KUEUE = True  # read by the stack fixture: Kueue and our controller run too
 
@@ -125,40 +118,19 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
     # The real sidecar of one below-floor pod reports it; the controller turns
     # its Event into the flag (the cause carries the sidecar's own wording).
     pod = below[0]
-    seen = _run_sidecar(scenario, pod, tmp=scenario.stack.plane.log_dir / f"sidecar-{pod['metadata']['name']}")
+    seen = _run_sidecar(scenario, pod)
     # Below the floor, and (the JobSet was recreated above) not the recorded JobSet.
     assert (seen["verdict"], set(seen["rules"])) == ("violation", {"below-floor", "jobset-uid"}), seen
     mark = f"[seen by the sidecar of pod={pod['metadata']['name']}"
     scenario.wait("the sidecar's report to become the flag", lambda: mark in (scenario.foreign() or ""))
 
 
-def _run_sidecar(scenario: Scenario, pod: dict, *, tmp: pathlib.Path) -> dict:
-    """One check of the real sidecar for `pod`, under the shipped sidecar Role;
-    returns its verdict line."""
-    for path in sorted((REPO / "deployments/k8s/base/sidecar").glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        if doc["kind"] in ("Role", "RoleBinding"):
-            kubernetes.utils.create_from_dict(scenario.api, doc, namespace=scenario.namespace)
-    meta = pod["metadata"]
-    podinfo = sidecar_kit.write_podinfo(tmp / "podinfo", pod=meta["name"], namespace=meta["namespace"],
-                                        labels=meta.get("labels") or {}, annotations=meta.get("annotations") or {})
-    kubeconfig = yaml.safe_load(pathlib.Path(scenario.stack.plane.mint_kubeconfig(
-        namespace=scenario.namespace, service_account=names.SIDECAR_SERVICE_ACCOUNT)).read_text())
-    token = tmp / "token"
-    token.write_text(kubeconfig["users"][0]["user"]["token"])
-    env = {
-        "PATH": os.environ["PATH"],
-        "DISPATCH_SIDECAR_PODINFO_DIR": str(podinfo),
-        "DISPATCH_SIDECAR_API_SERVER": kubeconfig["clusters"][0]["cluster"]["server"],
-        "DISPATCH_SIDECAR_TOKEN_FILE": str(token),
-        "DISPATCH_SIDECAR_CA_FILE": kubeconfig["clusters"][0]["cluster"]["certificate-authority"],
-        "DISPATCH_SIDECAR_MAX_CHECKS": "1",
-        "DISPATCH_SIDECAR_BACKOFF_BASE_SECONDS": "0.2",
-    }
-    proc = subprocess.run([sys.executable, "-m", "sidecar"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0, proc.stderr  # a violation is reported, never an exit status
-    lines = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+def _run_sidecar(scenario: Scenario, pod: dict) -> dict:
+    """One check of the pod's real sidecar, in its image, under the shipped sidecar Role (the
+    executor mounts what a kubelet would); returns its verdict line."""
+    ran = scenario.run_sidecar(pod)
+    assert ran.exit_code == 0, ran.stderr  # a violation is reported, never an exit status
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
     verdicts = [line for line in lines if line.get("msg") == "verdict"]
-    assert verdicts, proc.stderr
+    assert verdicts, ran.stderr
     return verdicts[-1]

@@ -3,7 +3,8 @@ outcome: the demo (devcluster/demo.py), run as a newcomer runs it, exits 0
 and ends with a table in which, per TrainJob, every execution's epoch is above
 every earlier one's, except the one the hand-deleted JobSet made repeat, which
 is flagged foreign. This test reads the table itself, so a demo that printed
-a wrong table and still exited 0 fails here.
+a wrong table and still exited 0 fails here; and the lines of the sidecar's
+Event and of the dispatcher stage.
 """
 
 from __future__ import annotations
@@ -45,4 +46,13 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule() -> None
         assert int(r[4]) == int(r[2]) + int(r[3])
         assert r[6].endswith(f".{r[2]}.{r[3]}"), r
     assert "flagged foreign: JobSet UID " in proc.stdout
+    # The sidecar's own report, as `kubectl describe trainjob` shows it.
+    described = [line for line in lines if "Warning DispatchIdentityViolation" in line]
+    assert described and "jobset-uid: JobSet UID " in described[0] and "dispatch-sidecar" in described[0], lines
+    # The dispatcher stage: every run done under the caps, the OOM-killed driver reported and its sandbox reaped.
+    done = next(line for line in lines if "all 20 runs done:" in line)
+    assert "19 succeeded, 1 failed; one Job per run; peak in flight 4 (cap 4)" in done, done
+    assert "swe-bench 3/3, gpu-eval 2/2" in done, done
+    assert any("reported failed: reason OOMKilled, exit code 137, log tail 'step 41" in line for line in lines), lines
+    assert any("its orphaned sandbox pod sandbox-" in line and line.endswith("was reaped") for line in lines), lines
     assert "refused as expected: spec.template.spec.failurePolicy.restartStrategy" in proc.stdout

@@ -1,0 +1,176 @@
+"""The run queue beside the local cluster: the reference backend (refbackend/)
+and the dispatcher (dispatcher/), each as a real process, as an operator runs
+them.
+
+`Backend` starts `python -m refbackend` on a loopback port with a SQLite file
+of its own and speaks its HTTP API with the service token; `Dispatcher` starts
+`python -m dispatcher` with a kubeconfig (the shipped ServiceAccount's, from
+`install_rbac`) and keeps its JSON log in a file. Both stop on `close()` and
+on leaving a `with` block. `make demo` and the tests use these; nothing here is
+a stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from typing import Any
+
+import kubernetes.client
+import kubernetes.utils
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DISPATCHER_MANIFESTS = REPO / "deployments" / "k8s" / "base" / "dispatcher"
+DISPATCHER_SA = "tcab-dispatcher"
+SERVICE_TOKEN = "svc-" + "0123456789abcdef"  # the local backend's service token: a local, throwaway secret
+
+
+class Backend:
+    """`python -m refbackend` as a subprocess; FAULTS turns on its test-only fault hooks."""
+
+    def __init__(self, *, lease: float = 300.0, faults: bool = False, db: str | None = None,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="refbackend-")
+        env = {**os.environ, "TCAB_BACKEND_SERVICE_TOKEN": SERVICE_TOKEN}
+        self.db_path = db or f"{self.dir.name}/runs.db"
+        self.stderr_path = pathlib.Path(self.dir.name) / "stderr"
+        args = [sys.executable, "-m", "refbackend", "--db", self.db_path, "--lease", str(lease), *extra_args]
+        if faults:
+            args.append("--faults")
+        with self.stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            self.close()
+            raise RuntimeError(f"refbackend did not start: {line!r}; stderr: {self.stderr()[-500:]}")
+        self.url = line.removeprefix("listening on ")
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        self.address = (host, int(port))
+        self.token = SERVICE_TOKEN
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        errors = self.stderr()
+        if errors:
+            print("refbackend stderr:\n" + errors[-4000:])  # shown by pytest when a test failed
+        self.dir.cleanup()
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    def call(self, method: str, path: str, body: Any = None, *, token: str | None = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self.token if token is None else token}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            e.close()
+            return e.code, json.loads(raw) if raw else None
+
+    def _ok(self, want: int, method: str, path: str, body: Any = None, *, token: str | None = None) -> Any:
+        code, answer = self.call(method, path, body, token=token)
+        if code != want:
+            raise RuntimeError(f"refbackend {method} {path}: {code} {answer}")
+        return answer
+
+    def enqueue(self, harness: str = "h", launch_request: Any = None, **extra: Any) -> dict[str, str]:
+        return dict(self._ok(201, "POST", "/jobs", {"harness": harness, "launch_request": launch_request or {},
+                                                    **extra}))
+
+    def get(self, run_id: str) -> dict[str, Any]:
+        return dict(self._ok(200, "GET", f"/jobs/{run_id}"))
+
+    def runs(self) -> list[dict[str, Any]]:
+        return list(self._ok(200, "GET", "/jobs"))
+
+    def report(self, run: dict[str, str], status: str) -> None:
+        """Say what a driver says, with the run's own token."""
+        self._ok(200, "POST", f"/jobs/{run['id']}/status", {"status": status}, token=run["token"])
+
+    def limit(self, harness: str, max_parallel: int) -> None:
+        """At most MAX_PARALLEL runs of HARNESS claimed at once."""
+        self._ok(200, "PUT", f"/harnesses/{harness}", {"max_parallel": max_parallel})
+
+
+def install_rbac(api: kubernetes.client.ApiClient, namespace: str) -> None:
+    """The dispatcher's shipped ServiceAccount, Role and RoleBinding, unmodified, into NAMESPACE."""
+    for name in ("serviceaccount.yaml", "role.yaml", "rolebinding.yaml"):
+        kubernetes.utils.create_from_dict(api, yaml.safe_load((DISPATCHER_MANIFESTS / name).read_text()),
+                                          namespace=namespace)
+
+
+class Dispatcher:
+    """`python -m dispatcher` as a real subprocess; its JSON log lines in a file."""
+
+    def __init__(self, *, kubeconfig: str, namespace: str, backend: Backend, driver_image: str, **env: str) -> None:
+        self.log = tempfile.NamedTemporaryFile(prefix="dispatcher-", suffix=".log", delete=False)
+        self.env = {
+            "PATH": os.environ.get("PATH", ""),
+            "KUBECONFIG": kubeconfig,
+            "TCAB_BACKEND_URL": backend.url,
+            "TCAB_BACKEND_SERVICE_TOKEN": backend.token,
+            "TCAB_DISPATCHER_DRIVER_IMAGE": driver_image,
+            "TCAB_DISPATCHER_NAMESPACE": namespace,
+            "TCAB_DISPATCHER_POLL_INTERVAL": "0.1",
+            "TCAB_DISPATCHER_LOG_LEVEL": "debug",
+            **env,
+        }
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Dispatcher:
+        self.popen = subprocess.Popen([sys.executable, "-m", "dispatcher"], cwd=REPO, env=self.env,
+                                      stdout=subprocess.DEVNULL, stderr=self.log)
+        return self
+
+    def kill(self) -> None:
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait()
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGTERM)
+        return self.popen.wait(timeout=timeout)
+
+    def close(self, *, show: bool = True) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.kill()
+        if show:
+            print("dispatcher log tail:\n" + self.text()[-4000:])  # shown by pytest when a test failed
+        self.log.close()
+        os.unlink(self.log.name)
+
+    def text(self) -> str:
+        return pathlib.Path(self.log.name).read_text()
+
+    def lines(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"message": line, "unparsed": True})
+        return out
