@@ -276,6 +276,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # client's delayed ACK then costs ~40 ms per request.
     wbufsize = 64 * 1024
     disable_nagle_algorithm = True
+    _close_after = False  # set per request by _route
 
     def setup(self) -> None:
         self.timeout = self.server.socket_timeout  # StreamRequestHandler sets it on the socket
@@ -295,7 +296,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        if close:
+        if close or self._close_after:
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
@@ -348,6 +349,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _route(self, method: str) -> None:
         body_read = False
+        # A GET that came with a body: it is never read, so the connection cannot carry another request.
+        self._close_after = method not in ("POST", "PUT") and (
+            self.headers.get("Content-Length") not in (None, "0") or self.headers.get("Transfer-Encoding") is not None)
         try:
             path = urllib.parse.urlsplit(self.path).path.rstrip("/")
             parts = [urllib.parse.unquote(p) for p in path.split("/")[1:]]

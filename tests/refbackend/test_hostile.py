@@ -198,3 +198,20 @@ def test_an_unknown_method_version_or_oversized_head_is_a_json_4xx(backend: proc
 def test_the_server_still_serves_after_all_of_it(backend: proc.Backend) -> None:
     assert backend.call("GET", "/jobs/existing")[0] == 200
     assert backend.proc.poll() is None
+
+
+def test_a_get_with_a_body_is_answered_and_its_body_never_taken_for_a_second_request(backend: proc.Backend) -> None:
+    # Keep-alive, and a "body" that is itself a request: it must not be served.
+    smuggled = request("POST", "/jobs", token=backend.token, body=b'{"harness": "smuggled"}')
+    raw = (f"GET /jobs/existing HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {backend.token}\r\n"
+           f"Content-Length: {len(smuggled)}\r\n\r\n").encode() + smuggled
+    before = backend.dump()
+    with socket.create_connection(backend.address, timeout=10) as s:
+        s.sendall(raw)
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200 ") and data.count(b"HTTP/1.1 ") == 1, data
+    assert b"Connection: close" in data
+    assert backend.dump() == before
