@@ -25,47 +25,13 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 SERVICE_TOKEN = "svc-" + "0123456789abcdef"
 
 
-class Backend:
-    def __init__(self, *, lease: float = 300.0, faults: bool = True, db: str | None = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
-        self.dir = tempfile.TemporaryDirectory(prefix="refbackend-")
-        env = {**os.environ, "TCAB_BACKEND_SERVICE_TOKEN": SERVICE_TOKEN}
-        self.db_path = db or f"{self.dir.name}/runs.db"
-        self.stderr_path = pathlib.Path(self.dir.name) / "stderr"
-        args = [sys.executable, "-m", "refbackend", "--db", self.db_path, "--lease", str(lease), *extra_args]
-        if faults:
-            args.append("--faults")
-        with self.stderr_path.open("wb") as err:
-            self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        if not line.startswith("listening on "):
-            self.close()
-            raise RuntimeError(f"refbackend did not start: {line!r}")
-        self.url = line.removeprefix("listening on ")
-        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+class Client:
+    """Speaks to a running server (the helpers below need only its URL and the service token)."""
+
+    def __init__(self, url: str, token: str = SERVICE_TOKEN) -> None:
+        self.url, self.token = url, token
+        host, port = url.removeprefix("http://").rsplit(":", 1)
         self.address = (host, int(port))
-        self.token = SERVICE_TOKEN
-
-    def __enter__(self) -> Backend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-        if self.proc.stdout:
-            self.proc.stdout.close()
-        errors = self.stderr()
-        if errors:
-            print("refbackend stderr:\n" + errors[-4000:])  # shown by pytest when the test failed
-        self.dir.cleanup()
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
     def call(self, method: str, path: str, body: Any = None, *, token: str | None = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
@@ -122,6 +88,46 @@ class Backend:
         code, body = self.call("GET", "/_faults")
         assert code == 200, (code, body)
         return dict(body)
+
+
+class Backend(Client):
+    def __init__(self, *, lease: float = 300.0, faults: bool = True, db: str | None = None,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="refbackend-")
+        env = {**os.environ, "TCAB_BACKEND_SERVICE_TOKEN": SERVICE_TOKEN}
+        self.db_path = db or f"{self.dir.name}/runs.db"
+        self.stderr_path = pathlib.Path(self.dir.name) / "stderr"
+        args = [sys.executable, "-m", "refbackend", "--db", self.db_path, "--lease", str(lease), *extra_args]
+        if faults:
+            args.append("--faults")
+        with self.stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            self.close()
+            raise RuntimeError(f"refbackend did not start: {line!r}")
+        super().__init__(line.removeprefix("listening on "))
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        errors = self.stderr()
+        if errors:
+            print("refbackend stderr:\n" + errors[-4000:])  # shown by pytest when the test failed
+        self.dir.cleanup()
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
 
     def dump(self) -> list[str]:
         """Every table of the SQLite file, as SQL, read through a connection of our own."""

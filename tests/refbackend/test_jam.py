@@ -152,8 +152,7 @@ def claim_and_run(url: str, token: str, hold: float) -> list[tuple[str, float, f
     CLOCK_MONOTONIC (one clock for every process), so two runs whose windows overlap were in flight
     at the backend at the same time.
     """
-    backend = proc.Backend.__new__(proc.Backend)  # a client of a running server: no process of its own
-    backend.url, backend.token = url, token
+    backend = proc.Client(url, token)
     done: list[tuple[str, float, float]] = []
     idle_since = None
     while True:
@@ -210,3 +209,22 @@ def test_claimer_processes_on_two_servers_over_one_database_never_hold_two_runs_
                 done = [d for f in futures for d in f.result(timeout=300)]
             check_one_at_a_time(pairs, done)
             assert {r["state"] for r in second.runs()} <= {"succeeded", "failed"}
+
+
+def test_a_database_made_before_jams_gains_the_columns_and_keeps_its_runs(tmp_path: Any) -> None:
+    import sqlite3
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE harnesses (name TEXT PRIMARY KEY, max_parallel INTEGER NOT NULL);
+        CREATE TABLE runs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, harness TEXT NOT NULL,
+          launch_request TEXT NOT NULL, token TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'pending',
+          claims INTEGER NOT NULL DEFAULT 0, lease_until REAL, enqueued_at REAL NOT NULL);
+        INSERT INTO runs (id, harness, launch_request, token, enqueued_at) VALUES ('old', 'h', '{}', 'tok-old', 0);
+    """)
+    db.commit()
+    db.close()
+    with proc.Backend(db=str(path)) as backend:
+        entry = backend.enqueue(jam="j", model="m")
+        assert [claim(backend)["id"], claim(backend)["id"]] == ["old", entry["id"]]
+        assert backend.get("old")["jam"] is None
