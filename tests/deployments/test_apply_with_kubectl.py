@@ -1,0 +1,141 @@
+"""The shipped manifests on a cluster, applied the way the README tells a user
+to: `kubectl apply -k deployments/k8s/base`, with the kubectl built beside
+the local cluster from the same Kubernetes release, on a control plane of
+its own (with the Trainer, JobSet and Kueue CRDs the manifests refer to).
+
+Then each ServiceAccount is checked by use, as the apiserver's authorizer
+decides for it (kubectl `--as`, which the admin may impersonate): every verb
+its Role or ClusterRole grants is allowed (`auth can-i`, one question per
+resource and verb, read from the manifests themselves), one real request of
+each component's own succeeds, and requests outside its role are answered
+403 Forbidden.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from devcluster import harness, local
+
+pytestmark = pytest.mark.cluster
+
+BASE = pathlib.Path(__file__).resolve().parents[2] / "deployments" / "k8s" / "base"
+NAMESPACE = "default"  # where the kubeconfig's context puts the namespace-less parts (dispatcher, sidecar)
+
+
+class Kubectl:
+    def __init__(self, plane: harness.ControlPlane) -> None:
+        self.binary = str(harness.binary(local.KUBECTL, plane.bin_dir))
+        self.kubeconfig = plane.kubeconfig
+
+    def __call__(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([self.binary, "--kubeconfig", self.kubeconfig, *args], input=stdin,
+                              capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture(scope="module")
+def kubectl() -> Iterator[Kubectl]:
+    plane = harness.ControlPlane(scheduler=False)
+    try:
+        plane.start()
+        k = Kubectl(plane)
+        applied = k("apply", "-k", str(BASE))
+        assert applied.returncode == 0, applied.stderr
+        yield k
+    finally:
+        plane.stop()
+
+
+def identity(namespace: str, account: str) -> str:
+    return f"--as=system:serviceaccount:{namespace}:{account}"
+
+
+def grants() -> list[tuple[str, str, dict]]:
+    """(namespace, ServiceAccount, rule) for every rule the manifests bind to a ServiceAccount."""
+    docs = [d for f in sorted(BASE.rglob("*.yaml")) if f.name != "kustomization.yaml"
+            for d in yaml.safe_load_all(f.read_text()) if d]
+    controller_ns = yaml.safe_load((BASE / "controller" / "kustomization.yaml").read_text())["namespace"]
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    out = []
+    for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], ref["name"])]
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount", binding
+            ns = subject.get("namespace") or (controller_ns if "controller" in ref["name"] else NAMESPACE)
+            out += [(ns, subject["name"], rule) for rule in role["rules"]]
+    return out
+
+
+def test_the_base_applies_and_applies_again_unchanged(kubectl: Kubectl) -> None:
+    again = kubectl("apply", "-k", str(BASE))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout and all(line.endswith(" unchanged") for line in again.stdout.splitlines()), again.stdout
+    for kind, name, ns in (("deployment", "dispatch-controller", "dispatch-system"),
+                           ("deployment", "tcab-dispatcher", NAMESPACE),
+                           ("serviceaccount", "dispatch-sidecar", NAMESPACE),
+                           ("admissioncheck.kueue.x-k8s.io", "dispatch-admission", None)):
+        got = kubectl("get", kind, name, *(["-n", ns] if ns else []), "-o", "name")
+        assert got.returncode == 0, (kind, name, got.stderr)
+
+
+def test_every_verb_each_role_grants_is_allowed_for_its_account(kubectl: Kubectl) -> None:
+    asked = 0
+    for ns, account, rule in grants():
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                base, _, sub = resource.partition("/")
+                target = f"{base}.{group}" if group else base
+                for name in rule.get("resourceNames") or [""]:
+                    for verb in rule["verbs"]:
+                        args = ["auth", "can-i", verb, f"{target}/{name}" if name else target, "-n", ns,
+                                identity(ns, account), *([f"--subresource={sub}"] if sub else [])]
+                        answer = kubectl(*args)
+                        assert answer.stdout.strip() == "yes", (account, args, answer.stdout, answer.stderr)
+                        asked += 1
+    assert asked >= 30, asked  # the three components' rules were all read
+
+
+@pytest.mark.parametrize(("account_ns", "account", "request_args"), [
+    ("dispatch-system", "dispatch-controller", ["get", "secrets", "-A"]),
+    ("dispatch-system", "dispatch-controller", ["delete", "pod", "trainer-0", "-n", NAMESPACE]),
+    ("dispatch-system", "dispatch-controller", ["create", "namespace", "stolen"]),
+    (NAMESPACE, "tcab-dispatcher", ["get", "trainjobs.trainer.kubeflow.org", "-n", NAMESPACE]),
+    (NAMESPACE, "tcab-dispatcher", ["create", "deployment", "x", "--image=x", "-n", NAMESPACE]),
+    (NAMESPACE, "tcab-dispatcher", ["get", "jobs", "-n", "dispatch-system"]),
+    (NAMESPACE, "dispatch-sidecar", ["get", "secrets", "-n", NAMESPACE]),
+    (NAMESPACE, "dispatch-sidecar", ["delete", "trainjobs.trainer.kubeflow.org", "llama", "-n", NAMESPACE]),
+    (NAMESPACE, "dispatch-sidecar", ["get", "pods", "-n", NAMESPACE]),
+])
+def test_a_request_outside_the_role_is_forbidden(kubectl: Kubectl, account_ns: str, account: str,
+                                                 request_args: list[str]) -> None:
+    answer = kubectl(*request_args, identity(account_ns, account))
+    # The authorizer answers before any lookup: 403 whether or not the object exists.
+    assert answer.returncode == 1 and "forbidden" in answer.stderr.lower(), (answer.stdout, answer.stderr)
+
+
+EVENT = """apiVersion: v1
+kind: Event
+metadata: {generateName: probe., namespace: default}
+involvedObject: {apiVersion: trainer.kubeflow.org/v1alpha1, kind: TrainJob, name: probe, namespace: default}
+reason: DispatchIdentityViolation
+message: a probe of the sidecar's Role
+type: Warning
+"""
+
+
+@pytest.mark.parametrize(("account_ns", "account", "request_args", "stdin"), [
+    ("dispatch-system", "dispatch-controller", ["get", "workloads.kueue.x-k8s.io", "-A"], None),
+    (NAMESPACE, "tcab-dispatcher", ["create", "secret", "generic", "tcab-run-probe", "--from-literal=token=x",
+                                    "-n", NAMESPACE], None),
+    (NAMESPACE, "dispatch-sidecar", ["create", "-f", "-"], EVENT),
+])
+def test_each_component_s_own_request_succeeds(kubectl: Kubectl, account_ns: str, account: str,
+                                               request_args: list[str], stdin: str | None) -> None:
+    answer = kubectl(*request_args, identity(account_ns, account), stdin=stdin)
+    assert answer.returncode == 0, (answer.stdout, answer.stderr)
