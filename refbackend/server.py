@@ -62,6 +62,8 @@ class Server(http.server.ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], *, db: store.Store, service_token: str,
                  faults: bool = False, timeout: float = 30.0) -> None:
+        if not service_token:
+            raise ValueError("the service token must not be empty (it would let anyone in)")
         super().__init__(address, Handler)
         self.db = db
         self.service_token = service_token

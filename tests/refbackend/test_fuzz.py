@@ -124,8 +124,7 @@ def test_random_hostile_requests_get_a_json_4xx_or_an_answer_and_refusals_change
         tokens = [proc.SERVICE_TOKEN] + [r["token"] for r in runs]
         seen: set[int] = set()
 
-        @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-                  derandomize=False)
+        @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
         @given(raw=requests(ids, tokens))
         def one(raw: bytes) -> None:
             before = backend.dump()
