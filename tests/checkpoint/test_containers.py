@@ -32,6 +32,7 @@ from toolkit import checkpoint, wrap
 pytestmark = pytest.mark.images
 
 IMAGE = "localhost/dispatch/sample-trainer:python"
+TRAINER_USER = (65532, 65532)  # the image's USER (images/sample-trainer.Containerfile)
 MODULE = "/usr/local/lib/dispatch/toolkit/checkpoint.py"
 PREFIX = {"DISPATCH_K8S_EPOCH_PREFIX": "2000007", "DISPATCH_K8S_TOKEN_PREFIX": "llama-ft.7.0"}
 OLD = {**PREFIX, "DISPATCH_K8S_ADMISSION": "1", "DISPATCH_K8S_RESTART": "0"}  # epoch 2000007000001
@@ -50,6 +51,14 @@ def client() -> Iterator[docker.DockerClient]:
         if shipped != hashlib.sha256((kit.REPO / "toolkit" / "checkpoint.py").read_bytes()).hexdigest():
             pytest.fail(f"{IMAGE} carries an older toolkit/checkpoint.py: run scripts/build-images.sh (make images)")
         yield c
+
+
+def volume(tmp_path: pathlib.Path) -> pathlib.Path:
+    """The shared checkpoint volume, writable by the image's non-root user (as fsGroup makes it)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, *TRAINER_USER)
+    return shared
 
 
 def start(client: docker.DockerClient, shared: pathlib.Path, env: dict[str, str],
@@ -86,8 +95,7 @@ def wait_for(path: pathlib.Path, c: docker.models.containers.Container) -> None:
 
 def test_the_old_execution_s_late_save_is_refused_and_the_new_one_stands(client: docker.DockerClient,
                                                                          tmp_path: pathlib.Path) -> None:
-    shared = tmp_path / "shared"
-    shared.mkdir()
+    shared = volume(tmp_path)
     old = start(client, shared, OLD, "--save-after", "/ckpt/.go")
     try:
         # The old execution has its checkpoint written and is slow to publish it ...
@@ -124,9 +132,9 @@ def test_the_old_execution_s_late_save_is_refused_and_the_new_one_stands(client:
 def test_a_lock_held_outside_the_container_holds_its_publish(client: docker.DockerClient,
                                                              tmp_path: pathlib.Path) -> None:
     # The flock on the shared volume is one lock for every container on the node (and the host).
-    shared = tmp_path / "shared"
-    shared.mkdir()
+    shared = volume(tmp_path)
     fd = os.open(shared / checkpoint.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    os.fchown(fd, *TRAINER_USER)  # every rank of a job runs as one user: the lock is theirs
     fcntl.flock(fd, fcntl.LOCK_EX)
     c = None
     try:

@@ -84,3 +84,15 @@ def test_an_image_without_bin_sh_cannot_start_through_the_docker_api(client: doc
         assert container.status == "created"  # it never ran
     finally:
         container.remove(force=True)
+
+
+@pytest.mark.parametrize("flavour", ["busybox", "alpine", "debian", "python"])
+def test_the_sample_trainer_runs_as_a_non_root_user_that_can_write_its_checkpoint_dir(
+        client: docker.DockerClient, flavour: str) -> None:
+    image = f"localhost/dispatch/sample-trainer:{flavour}"
+    assert client.images.get(image).attrs["Config"]["User"] == "65532:65532"
+    # Shell built-ins only: the alpine flavour's busybox has neither touch nor id.
+    script = (': > /work/checkpoints/probe && '
+              'while read -r key uid _; do if [ "$key" = Uid: ]; then echo "$uid"; fi; done < /proc/self/status')
+    out = client.containers.run(image, ["/bin/sh", "-c", script], network_mode="none", remove=True)
+    assert out.decode().split() == ["65532"]
