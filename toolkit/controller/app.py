@@ -88,7 +88,15 @@ class Controller:
         self.detector = detector.Detector(client, metrics=metrics)
         self.ours: set[str] = set()
         self._ours_lock = threading.Lock()
+        # Workload uid -> when it was first seen waiting on our check (quota
+        # reserved, check Pending): the start of its ready latency. One entry
+        # per Workload, whatever its number of versions; dropped when it is
+        # processed, when a version no longer waits (Ready, evicted) and when
+        # it is deleted, so it holds at most the Workloads waiting now.
+        # Written by the workload informer's thread, popped by workers
+        # (single dict operations, atomic under the GIL).
         self._seen_reserved: dict[str, float] = {}
+        metrics.awaiting_ready.set_function(lambda: len(self._seen_reserved))
         ns = settings.namespace or None
         mk = lambda res, handler, **kw: informer.Informer(  # noqa: E731
             client, res, handler=handler, namespace=ns if res.namespaced else None, stop=self.stop, **kw
@@ -121,16 +129,22 @@ class Controller:
                 self._on_workload("SYNC", wl)
 
     def _on_workload(self, kind: str, wl: Obj) -> None:
-        if kind == "DELETED" or admission.owner_trainjob(wl) is None:
+        meta = wl["metadata"]
+        if kind == "DELETED":
+            self._seen_reserved.pop(meta["uid"], None)
+            return
+        if admission.owner_trainjob(wl) is None:
             return
         with self._ours_lock:
             ours = set(self.ours)
         if admission.pending_checks(wl, ours):
-            meta = wl["metadata"]
-            self._seen_reserved.setdefault(meta["uid"] + meta["resourceVersion"], time.monotonic())
+            # setdefault: the clock starts at the first version that waits, not the last
+            self._seen_reserved.setdefault(meta["uid"], time.monotonic())
             self.queue.add(("workload", meta["namespace"], meta["name"]), wl)
-        elif admission.in_eviction_window(wl):
-            meta = wl["metadata"]
+            return
+        # Not waiting (any more): a later reservation starts a new clock.
+        self._seen_reserved.pop(meta["uid"], None)
+        if admission.in_eviction_window(wl):
             log.info("evicted, check left Pending until quota is reserved again",
                      extra={"workload": f"{meta['namespace']}/{meta['name']}"})
 
@@ -155,13 +169,18 @@ class Controller:
         elif kind == "workload":
             with self._ours_lock:
                 ours = set(self.ours)
+            uid = obj["metadata"]["uid"]
+            # Read before the write: our own Ready comes back as a watch event
+            # that drops the entry, maybe before this worker gets here again.
+            started = self._seen_reserved.get(uid)
             outcome = admission.reconcile_workload(
                 self.client, namespace=namespace, name=name, ours=ours, on_conflict=self.metrics.conflicts.inc
             )
             if outcome.raised:
                 self.metrics.raises.inc()
+            if outcome.action in ("ready", "skipped"):
+                self._seen_reserved.pop(uid, None)
             if outcome.action == "ready":
-                started = self._seen_reserved.pop(obj["metadata"]["uid"] + obj["metadata"]["resourceVersion"], None)
                 if started is not None:
                     self.metrics.ready_latency.observe(time.monotonic() - started)
                 log.info(

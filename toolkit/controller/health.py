@@ -30,11 +30,16 @@ class Metrics:
         )
         self.ready_latency = prometheus_client.Histogram(
             "dispatch_check_ready_seconds",
-            "Workload seen with QuotaReserved to our check Ready",
+            "From the first sight of a Workload's reservation with our check Pending to the check Ready",
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=self.registry,
         )
 
+        self.awaiting_ready = prometheus_client.Gauge(
+            "dispatch_workloads_awaiting_ready",
+            "Workloads seen with quota reserved and our check Pending, not yet Ready",
+            registry=self.registry,
+        )
         self.sidecar_reports = prometheus_client.Counter(
             "dispatch_sidecar_reports",
             "Sidecar reports, by whether the controller's own re-read confirmed them",
