@@ -213,7 +213,8 @@ class Detector:
                  "claim": claim}
         if not matching:
             log.warning("sidecar report unconfirmed", extra={
-                **where, "claimed_rule": rule, "pod_found": pod is not None, "confirmed_rules": [v.rule for v in found]})
+                **where, "claimed_rule": rule, "pod_found": pod is not None,
+                "confirmed_rules": [v.rule for v in found]})
             self._count("unconfirmed")
         else:
             self._count("confirmed")
