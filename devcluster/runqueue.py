@@ -33,7 +33,57 @@ DISPATCHER_SA = "tcab-dispatcher"
 SERVICE_TOKEN = "svc-" + "0123456789abcdef"  # the local backend's service token: a local, throwaway secret
 
 
-class Backend:
+class Client:
+    """The reference backend's HTTP API, with the service token (a run's own where a driver speaks)."""
+
+    def __init__(self, url: str, token: str = SERVICE_TOKEN) -> None:
+        self.url, self.token = url, token
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        self.address = (host, int(port))
+
+    def call(self, method: str, path: str, body: Any = None, *, token: str | None = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self.token if token is None else token}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            e.close()
+            return e.code, json.loads(raw) if raw else None
+
+    def _ok(self, want: int, method: str, path: str, body: Any = None, *, token: str | None = None) -> Any:
+        code, answer = self.call(method, path, body, token=token)
+        if code != want:
+            raise BackendError(f"refbackend {method} {path}: {code} {answer}")
+        return answer
+
+    def enqueue(self, harness: str = "h", launch_request: Any = None, **extra: Any) -> dict[str, str]:
+        return dict(self._ok(201, "POST", "/jobs", {"harness": harness, "launch_request": launch_request or {},
+                                                    **extra}))
+
+    def get(self, run_id: str) -> dict[str, Any]:
+        return dict(self._ok(200, "GET", f"/jobs/{run_id}"))
+
+    def runs(self) -> list[dict[str, Any]]:
+        return list(self._ok(200, "GET", "/jobs"))
+
+    def report(self, run: dict[str, str], status: str) -> None:
+        """Say what a driver says, with the run's own token."""
+        self._ok(200, "POST", f"/jobs/{run['id']}/status", {"status": status}, token=run["token"])
+
+    def limit(self, harness: str, max_parallel: int) -> None:
+        """At most MAX_PARALLEL runs of HARNESS claimed at once."""
+        self._ok(200, "PUT", f"/harnesses/{harness}", {"max_parallel": max_parallel})
+
+
+class BackendError(AssertionError):
+    """The backend did not answer as expected (an AssertionError, so a test reports it as a failure)."""
+
+
+class Backend(Client):
     """`python -m refbackend` as a subprocess; FAULTS turns on its test-only fault hooks."""
 
     def __init__(self, *, lease: float = 300.0, faults: bool = False, db: str | None = None,
@@ -52,10 +102,7 @@ class Backend:
         if not line.startswith("listening on "):
             self.close()
             raise RuntimeError(f"refbackend did not start: {line!r}; stderr: {self.stderr()[-500:]}")
-        self.url = line.removeprefix("listening on ")
-        host, port = self.url.removeprefix("http://").rsplit(":", 1)
-        self.address = (host, int(port))
-        self.token = SERVICE_TOKEN
+        super().__init__(line.removeprefix("listening on "))
 
     def __enter__(self) -> Backend:
         return self
@@ -76,43 +123,6 @@ class Backend:
 
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
-
-    def call(self, method: str, path: str, body: Any = None, *, token: str | None = None) -> tuple[int, Any]:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.token if token is None else token}", "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                raw = response.read()
-                return response.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as e:
-            raw = e.read()
-            e.close()
-            return e.code, json.loads(raw) if raw else None
-
-    def _ok(self, want: int, method: str, path: str, body: Any = None, *, token: str | None = None) -> Any:
-        code, answer = self.call(method, path, body, token=token)
-        if code != want:
-            raise RuntimeError(f"refbackend {method} {path}: {code} {answer}")
-        return answer
-
-    def enqueue(self, harness: str = "h", launch_request: Any = None, **extra: Any) -> dict[str, str]:
-        return dict(self._ok(201, "POST", "/jobs", {"harness": harness, "launch_request": launch_request or {},
-                                                    **extra}))
-
-    def get(self, run_id: str) -> dict[str, Any]:
-        return dict(self._ok(200, "GET", f"/jobs/{run_id}"))
-
-    def runs(self) -> list[dict[str, Any]]:
-        return list(self._ok(200, "GET", "/jobs"))
-
-    def report(self, run: dict[str, str], status: str) -> None:
-        """Say what a driver says, with the run's own token."""
-        self._ok(200, "POST", f"/jobs/{run['id']}/status", {"status": status}, token=run["token"])
-
-    def limit(self, harness: str, max_parallel: int) -> None:
-        """At most MAX_PARALLEL runs of HARNESS claimed at once."""
-        self._ok(200, "PUT", f"/harnesses/{harness}", {"max_parallel": max_parallel})
 
 
 def install_rbac(api: kubernetes.client.ApiClient, namespace: str) -> None:

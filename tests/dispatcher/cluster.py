@@ -3,41 +3,22 @@
 from __future__ import annotations
 
 import base64
-import json
-import os
 import pathlib
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 import kubernetes.client
-import yaml
 
-from tests.refbackend import proc
+from devcluster import runqueue
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-MANIFESTS = REPO / "deployments" / "k8s" / "base" / "dispatcher"
-SA = "tcab-dispatcher"
+MANIFESTS = runqueue.DISPATCHER_MANIFESTS
+SA = runqueue.DISPATCHER_SA
 IMAGE = "test-cabinet/driver:test"
 
 
-def install_rbac(api: kubernetes.client.ApiClient, namespace: str) -> None:
-    """The shipped ServiceAccount, Role and RoleBinding, unmodified, into `namespace`."""
-    core = kubernetes.client.CoreV1Api(api)
-    rbac = kubernetes.client.RbacAuthorizationV1Api(api)
-    for name in ("serviceaccount.yaml", "role.yaml", "rolebinding.yaml"):
-        doc = yaml.safe_load((MANIFESTS / name).read_text())
-        kind = doc["kind"]
-        if kind == "ServiceAccount":
-            core.create_namespaced_service_account(namespace, doc)
-        elif kind == "Role":
-            rbac.create_namespaced_role(namespace, doc)
-        else:
-            rbac.create_namespaced_role_binding(namespace, doc)
+install_rbac = runqueue.install_rbac  # the shipped ServiceAccount, Role and RoleBinding, unmodified
 
 
 def wait(predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition") -> Any:
@@ -51,57 +32,11 @@ def wait(predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "co
         time.sleep(0.1)
 
 
-class Dispatcher:
-    """`python -m dispatcher` as a real subprocess; its JSON log lines in a file."""
+class Dispatcher(runqueue.Dispatcher):
+    """`python -m dispatcher` as a real subprocess (devcluster/runqueue.py), with the test driver image."""
 
-    def __init__(self, *, kubeconfig: str, namespace: str, backend: proc.Backend, **env: str) -> None:
-        self.log = tempfile.NamedTemporaryFile(prefix="dispatcher-", suffix=".log", delete=False)
-        self.env = {
-            "PATH": os.environ.get("PATH", ""),
-            "KUBECONFIG": kubeconfig,
-            "TCAB_BACKEND_URL": backend.url,
-            "TCAB_BACKEND_SERVICE_TOKEN": backend.token,
-            "TCAB_DISPATCHER_DRIVER_IMAGE": IMAGE,
-            "TCAB_DISPATCHER_NAMESPACE": namespace,
-            "TCAB_DISPATCHER_POLL_INTERVAL": "0.1",
-            "TCAB_DISPATCHER_LOG_LEVEL": "debug",
-            **env,
-        }
-        self.popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Dispatcher:
-        self.popen = subprocess.Popen([sys.executable, "-m", "dispatcher"], cwd=REPO, env=self.env,
-                                      stdout=subprocess.DEVNULL, stderr=self.log)
-        return self
-
-    def kill(self) -> None:
-        assert self.popen is not None
-        self.popen.send_signal(signal.SIGKILL)
-        self.popen.wait()
-
-    def terminate(self, timeout: float = 30.0) -> int:
-        assert self.popen is not None
-        self.popen.send_signal(signal.SIGTERM)
-        return self.popen.wait(timeout=timeout)
-
-    def close(self) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.kill()
-        print("dispatcher log tail:\n" + self.text()[-4000:])  # shown by pytest when the test failed
-        self.log.close()
-        os.unlink(self.log.name)
-
-    def text(self) -> str:
-        return pathlib.Path(self.log.name).read_text()
-
-    def lines(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                out.append({"message": line, "unparsed": True})
-        return out
+    def __init__(self, *, kubeconfig: str, namespace: str, backend: runqueue.Backend, **env: str) -> None:
+        super().__init__(kubeconfig=kubeconfig, namespace=namespace, backend=backend, driver_image=IMAGE, **env)
 
 
 def jobs(api: kubernetes.client.ApiClient, namespace: str) -> list[Any]:
