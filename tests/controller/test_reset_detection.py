@@ -139,8 +139,16 @@ def test_a_real_violation_reported_by_the_sidecar_is_flagged_with_its_claim_alon
     # its line, with the sidecar's words kept beside the confirmed cause.
     assert wait_until(lambda: set((_foreign(admin, namespace, name) or "").split("\n")) == {detail, confirmed},
                       what="both lines")
+    # The same cause reported again (another pod's sidecar, or a flood of
+    # forged claims about it): counted, no new line and no new Event.
+    for i in range(3):
+        _sidecar_report(admin, trainjob=admin.get(kube.TRAINJOB, name=name, namespace=namespace), pod=below,
+                        message=f"below-floor: {detail} [again {i}]")
+    wait_until(lambda: 'dispatch_sidecar_reports_total{outcome="confirmed"} 4.0' in ctl.get("/metrics")[1],
+               what="four confirmed reports")
+    assert set((_foreign(admin, namespace, name) or "").split("\n")) == {detail, confirmed}
+    assert sorted(_warnings(admin, namespace, name)) == sorted([detail, confirmed])
     assert _unconfirmed(ctl, namespace, name) == []
-    assert 'dispatch_sidecar_reports_total{outcome="confirmed"} 1.0' in ctl.get("/metrics")[1]
 
 
 def test_a_reported_jobset_reset_is_confirmed_from_the_jobset_itself(admin, namespace, start_controller):

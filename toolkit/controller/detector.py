@@ -17,7 +17,8 @@ that pod is one of this TrainJob's, the JobSet's UID and the pod's JobSet
 UID label against the recorded one) and flags only what that re-read
 confirms. The claim is kept beside the confirmed cause, on the same line
 (`<cause> (confirmed by the controller; the sidecar reported: <claim>)`), so
-the foreign annotation keeps its one-cause-a-line contract. A report the
+the foreign annotation keeps its one-cause-a-line contract; the first claim
+of a cause is kept, later reports of the same cause add nothing. A report the
 re-read does not confirm flags nothing: it is logged as "sidecar report
 unconfirmed" and counted (`dispatch_sidecar_reports_total{outcome}`).
 
@@ -47,6 +48,7 @@ COMPONENT = "dispatch-controller"
 CLAIM_LIMIT = 1024
 # The sidecar's message names its pod (sidecar/check.py `message`); its
 # Event's reportingInstance does too, and is read first.
+CONFIRMED = "(confirmed by the controller; the sidecar reported:"
 _CLAIMED_POD = re.compile(r"\[seen by the sidecar of pod=(\S+)")
 
 
@@ -209,21 +211,26 @@ class Detector:
         found = confirmed(trainjob=trainjob, pod=pod, jobset=jobset)
         rule = claimed_rule(claim)
         matching = [v for v in found if v.rule == rule]
-        where = {"trainjob": f"{namespace}/{name}", "event": event["metadata"].get("name"), "pod": pod_name,
-                 "claim": claim}
-        if not matching:
-            log.warning("sidecar report unconfirmed", extra={
-                **where, "claimed_rule": rule, "pod_found": pod is not None,
-                "confirmed_rules": [v.rule for v in found]})
-            self._count("unconfirmed")
-        else:
-            self._count("confirmed")
         flagged = False
+        causes = ((trainjob["metadata"].get("annotations") or {}).get(names.FOREIGN_ANNOTATION) or "").split("\n")
         for violation in found:
             if violation in matching:
-                violation = detect.Violation(
-                    violation.rule, f"{violation.detail} (confirmed by the controller; the sidecar reported: {claim})")
+                prefix = f"{violation.detail} {CONFIRMED}"
+                if any(cause.startswith(prefix) for cause in causes):
+                    # One claim kept per cause: more reports of it (every pod's
+                    # sidecar, or a flood of forged ones) add no line or Event.
+                    continue
+                violation = detect.Violation(violation.rule, f"{prefix} {claim})")
             flagged = self._flag(namespace=namespace, name=name, violation=violation) or flagged
+        # Logged and counted last, once everything this report caused is written.
+        if matching:
+            self._count("confirmed")
+        else:
+            log.warning("sidecar report unconfirmed", extra={
+                "trainjob": f"{namespace}/{name}", "event": event["metadata"].get("name"), "pod": pod_name,
+                "claim": claim, "claimed_rule": rule, "pod_found": pod is not None,
+                "confirmed_rules": [v.rule for v in found]})
+            self._count("unconfirmed")
         return flagged
 
     def _count(self, outcome: str) -> None:
