@@ -23,9 +23,10 @@ no Job is made for it, and the refusal is reported (`POST /jobs/{id}/status`,
 failed, reason `InvalidJobToken`) authenticated with the service token,
 since the run's own token may never be placed in a header; `claim` then
 raises `TokenRefused` (a `BackendError`: the loop claims again after a short
-pause). A backend that accepts status reports only with the per-job token
-answers that report 401, which is logged; the run stays claimed until its
-lease runs out, then is offered and refused again.
+pause). The reference backend takes the service token for any run's report; a
+backend that accepts status reports only with the per-job token answers that
+report 401, which is logged; the run stays claimed until its lease runs out,
+then is offered and refused again.
 
 The tokens travel only in the Authorization header and are never logged:
 `Claim.token` is excluded from its repr, every token is registered with

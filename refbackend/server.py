@@ -4,7 +4,8 @@ Endpoints (JSON bodies; `Authorization: Bearer <token>`); refbackend/README.md h
 - POST /jobs                 service token: enqueue {harness, launch_request?, id?, jam?, model?}
                              -> 201 {id, token} | 400 | 409 the id exists
 - POST /jobs/next            service token: claim -> 200 {id, token, launch_request, harness, claims, jam, model} | 204
-- POST /jobs/{id}/status     per-job token: {status: running|succeeded|failed|cancelled, ...}
+- POST /jobs/{id}/status     per-job token (or the service token, which stands for any run's):
+                             {status: running|succeeded|failed|cancelled, ...}
                              -> 200 | 400 | 401 | 404 unknown | 409 already terminal (or running while unclaimed)
 - GET  /jobs/{id}            service token: the run and the reports it accepted
 - GET  /jobs                 service token: every run
@@ -433,7 +434,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             state = body.get("status") if isinstance(body, dict) else None
             if not isinstance(state, str) or state not in store.STATES:
                 raise Refusal(400, f"status must be one of {', '.join(store.STATES)}")
-            code, reason = db.report(parts[1], token=self._token(), state=state, body=body)
+            token = self._token()
+            service = secrets.compare_digest(token.encode(), self.server.service_token.encode())
+            code, reason = db.report(parts[1], token=token, state=state, body=body, service=service)
             if code != 200:
                 raise Refusal(code, reason or "refused")
             self._send(200, {})

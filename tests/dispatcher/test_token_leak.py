@@ -138,7 +138,7 @@ def test_a_token_made_to_leak_reaches_no_log_no_report_no_event_and_no_object(
         d.start()
         refusal = cluster.wait(lambda: next((line for line in d.lines() if line["message"].startswith(
             "run refused: its token is not a bearer token")), None), what="the refusal")
-        assert refusal["job_id"] == refused["id"] and refusal["report_status"] != 0  # the backend answered it
+        assert refusal["job_id"] == refused["id"] and refusal["report_status"] == 200  # the backend took it
         fine_name, left_name = jobspec.job_name(fine["id"]), jobspec.job_name(left["id"])
         fine_pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, fine_name), what="fine's pod")
         left_pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, left_name), what="left's pod")
@@ -164,9 +164,11 @@ def test_a_token_made_to_leak_reaches_no_log_no_report_no_event_and_no_object(
     finally:
         d.close()
 
-    # The bad token was refused, never given a Job; the backend still holds `refused` (not started).
+    # The bad token was refused, never given a Job, and the refusal reached the backend (service token).
     assert jobspec.job_name(refused["id"]) not in {j.metadata.name for j in cluster.jobs(api_client, namespace)}
-    assert ref.get(refused["id"])["state"] == "claimed"
+    refused_run = ref.get(refused["id"])
+    assert refused_run["state"] == "failed", refused_run
+    assert [r["body"]["error"]["reason"] for r in refused_run["reports"]] == ["InvalidJobToken"]
     assert all(not line.get("unparsed") for line in lines)
     assert any(line["message"] == "the token in the job's Secret is not a bearer token; it is not used"
                for line in lines)

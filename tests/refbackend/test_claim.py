@@ -68,6 +68,19 @@ def test_status_answers_unknown_wrong_token_terminal_and_bad_state() -> None:
         assert [r["state"] for r in backend.get(run["id"])["reports"]] == ["failed"]
 
 
+def test_the_service_token_stands_for_a_run_s_own_on_a_status_report() -> None:
+    # The dispatcher refuses a run whose own token it must never send, with the service token.
+    with proc.Backend() as backend:
+        run = backend.enqueue()
+        assert backend.call("POST", "/jobs/next")[0] == 200
+        path = f"/jobs/{run['id']}/status"
+        refusal = {"status": "failed", "error": {"reason": "InvalidJobToken"}}
+        assert backend.call("POST", path, refusal, token=backend.token)[0] == 200
+        assert backend.get(run["id"])["state"] == "failed"
+        assert backend.call("POST", path, {"status": "failed"}, token=backend.token)[0] == 409  # terminal stays
+        assert backend.call("POST", "/jobs/nope/status", refusal, token=backend.token)[0] == 404
+
+
 def test_service_token_is_checked() -> None:
     with proc.Backend() as backend:
         backend.enqueue()
