@@ -175,9 +175,27 @@ def _remove(name: str, *, attempts: int = 20) -> str:
 
 
 def run(pod: Obj, *, container_name: str, timeout: float = 60.0) -> Execution:
-    """Run the pod's container with podman (no network, removed after) and parse its output."""
+    """Run the pod's container with podman (no network, removed after) and parse its output.
+
+    Its hostPath volumes are mounted as the kubelet mounts them; no ServiceAccount token is
+    (training code needs none here), and no other volume kind is supported in a trainer."""
     container = next(c for c in pod["spec"]["containers"] if c["name"] == container_name)
-    return _podman_run(pod, container, ["--network=none"], [], timeout=timeout)
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    options = ["--network=none"]
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount["name"], {})
+        if "hostPath" in volume:
+            mode = "ro" if mount.get("readOnly") else "rw"
+            options += ["--volume", f"{volume['hostPath']['path']}:{mount['mountPath']}:{mode}"]
+        elif not _is_service_account(volume):
+            raise ResolveError(f"volume {mount['name']}: only hostPath volumes are supported in a trainer "
+                               f"container by the e2e executor, got {sorted(volume)}")
+    return _podman_run(pod, container, options, [], timeout=timeout)
+
+
+def _is_service_account(volume: Obj) -> bool:
+    """The projected token volume the apiserver adds to every container."""
+    return any("serviceAccountToken" in source for source in (volume.get("projected") or {}).get("sources") or [])
 
 
 def go_quote(value: str) -> str:

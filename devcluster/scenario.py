@@ -38,10 +38,19 @@ COMMAND = ["/bin/sh", "-c",
            'env; if [ -n "$FAIL_FIRST" ] && [ "${DISPATCH_ATTEMPT##*.}" = 0 ]; then exit 3; fi']
 
 
-def runtime(name: str, *, max_restarts: int = 2, cpu: str | None = None) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "node", "image": IMAGE}
+def runtime(name: str, *, max_restarts: int = 2, cpu: str | None = None, image: str = IMAGE,
+            host_dirs: dict[str, pathlib.Path] | None = None) -> dict[str, Any]:
+    """A runtime fit for dispatch; HOST_DIRS maps a mount path in the trainer container to a
+    hostPath directory (a node's disk, or the volume every rank shares)."""
+    container: dict[str, Any] = {"name": "node", "image": image}
     if cpu is not None:
         container["resources"] = {"requests": {"cpu": cpu}}
+    pod_spec: dict[str, Any] = {"containers": [container]}
+    if host_dirs:
+        mounts = [(f"host-{i}", path, host) for i, (path, host) in enumerate(sorted(host_dirs.items()))]
+        container["volumeMounts"] = [{"name": v, "mountPath": path} for v, path, _ in mounts]
+        pod_spec["volumes"] = [{"name": v, "hostPath": {"path": str(host), "type": "Directory"}}
+                               for v, _, host in mounts]
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainingRuntime",
@@ -54,7 +63,7 @@ def runtime(name: str, *, max_restarts: int = 2, cpu: str | None = None) -> dict
                     "name": names.TRAINER_REPLICATED_JOB,
                     "template": {
                         "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
-                        "spec": {"template": {"spec": {"containers": [container]}}},
+                        "spec": {"template": {"spec": pod_spec}},
                     },
                 }],
             }},
@@ -96,11 +105,12 @@ class Scenario:
                                                     "trainingruntimes", body)
 
     def start(self, runtime: str, *, env: dict[str, str] | None = None, queue: str | None = None,
-              job_id: str = JOB_ID, labels: dict[str, str] | None = None) -> None:
+              job_id: str = JOB_ID, labels: dict[str, str] | None = None,
+              command: list[str] | None = None) -> None:
         extra: dict[str, Any] = {"mode": "kueue", "queueName": queue} if queue else {}
         req = request_mod.from_dict({**extra,
             "jobId": job_id, "generation": GENERATION, "submission": SUBMISSION, "attempt": ATTEMPT,
-            "command": COMMAND, "namespace": self.namespace,
+            "command": command or COMMAND, "namespace": self.namespace,
             "runtimeRef": {"kind": "TrainingRuntime", "name": runtime},
             "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
         })
