@@ -23,8 +23,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from devcluster import harness, local
+from devcluster import harness, local, scenario
 from devcluster import stack as stack_mod
+from toolkit.controller import admission
 
 
 _live: list[stack_mod.Stack] = []
@@ -58,6 +59,15 @@ def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
         _live.remove(running)
         _started.extend(running.started)
         plane.stop()
+
+
+@pytest.fixture
+def queues(stack: stack_mod.Stack, e2e_namespace: str) -> Iterator[str]:
+    """The Kueue objects of `scenario.kueue_queues`, named after the namespace (E2E_KUEUE modules)."""
+    with stack.plane.api_client() as api:
+        scenario.kueue_queues(api, suffix=e2e_namespace, namespace=e2e_namespace,
+                              check_controller=admission.CONTROLLER_NAME)
+        yield e2e_namespace
 
 
 @pytest.fixture

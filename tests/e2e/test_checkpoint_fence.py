@@ -17,14 +17,11 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import pathlib
-from collections.abc import Iterator
-
 import pytest
 
 from devcluster import execute, scenario as flow, stack as stack_mod
 from devcluster.scenario import Scenario
 from toolkit import checkpoint, names
-from toolkit.controller import admission
 
 E2E_KUEUE = True  # read by the stack fixture
 
@@ -36,14 +33,6 @@ GATE = "/ckpt/.go"
 COMMAND = ["/bin/sh", "-c",
            'env; if [ "${DISPATCH_ATTEMPT##*.}" = 0 ] && [ ! -e /ckpt/LATEST ]; then '
            f'exec train --checkpoint /ckpt --save-after {GATE}; fi; exec train --checkpoint /ckpt']
-
-
-@pytest.fixture
-def queues(stack: stack_mod.Stack, e2e_namespace: str) -> Iterator[str]:
-    with stack.plane.api_client() as api:
-        flow.kueue_queues(api, suffix=e2e_namespace, namespace=e2e_namespace,
-                          check_controller=admission.CONTROLLER_NAME)
-        yield e2e_namespace
 
 
 def test_a_superseded_execution_s_late_save_is_refused_after_a_restart_and_a_readmission(

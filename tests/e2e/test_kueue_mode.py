@@ -12,27 +12,15 @@ patch and floor; while evicted, Evicted (Preempted) and no reservation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes.client
-import pytest
 
 from devcluster import scenario as flow, stack as stack_mod
 from devcluster.scenario import Scenario
 from toolkit import names, raising
-from toolkit.controller import admission
 
 E2E_KUEUE = True  # read by the stack fixture
-
-
-@pytest.fixture
-def queues(stack: stack_mod.Stack, e2e_namespace: str) -> Iterator[str]:
-    """The Kueue objects of `scenario.kueue_queues`, named after the namespace."""
-    with stack.plane.api_client() as api:
-        flow.kueue_queues(api, suffix=e2e_namespace, namespace=e2e_namespace,
-                          check_controller=admission.CONTROLLER_NAME)
-        yield e2e_namespace
 
 
 def _admitted_at(scenario: Scenario, check: str, pods: list[dict[str, Any]]) -> int:
