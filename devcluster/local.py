@@ -2,8 +2,9 @@
 
 `up` starts the control plane and the real controllers (Trainer, JobSet,
 Kueue with its TrainJob integration, kwok with two nodes, our admission-check
-controller) in the background, writes the admin kubeconfig and records every
-process group in `<state>/pids.json`; `down` kills those groups and removes
+controller) and the pod runner (devcluster/podrunner.py: every Running pod's
+containers run in podman) in the background, writes the admin kubeconfig and
+records every process group in `<state>/pids.json`; `down` kills those groups and removes
 the state; `status` says whether the recorded processes live.
 
 `start` is the one way a cluster comes up, for `up`, `make demo` and the e2e
@@ -107,6 +108,13 @@ def up() -> pathlib.Path:
     try:
         running = start(plane, controllers=controllers)
     except (harness.HarnessError, OSError) as e:
+        shutil.rmtree(state, ignore_errors=True)
+        raise ClusterError(str(e).splitlines()[0]) from None
+    try:
+        running.start_pod_runner()  # a person's pods run for real; the demo and the tests run their own
+    except (harness.HarnessError, OSError) as e:
+        running.stop()
+        plane.stop()
         shutil.rmtree(state, ignore_errors=True)
         raise ClusterError(str(e).splitlines()[0]) from None
     (state / "bin").mkdir(exist_ok=True)

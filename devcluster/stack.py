@@ -197,6 +197,19 @@ class Stack:
         for name in reversed(list(self._procs)):
             self._procs[name].stop()
 
+    def start_pod_runner(self) -> None:
+        """Run every pod kwok has Running, for real, in podman (devcluster/podrunner.py): for a
+        cluster a person uses; the demo and the e2e tests run their pods themselves."""
+        self._run("podrunner", [sys.executable, "-m", "devcluster.podrunner", "--kubeconfig", self.plane.kubeconfig,
+                                "--log-dir", str(pathlib.Path(self.plane.log_dir) / "pods")],
+                  env={"HOME": os.environ.get("HOME", "/root")})
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while "podrunner: running pods in podman" not in self._procs["podrunner"].tail():
+            self._procs["podrunner"].check_alive()
+            if time.monotonic() > deadline:
+                raise harness.HarnessError(f"the pod runner did not start\n{self._procs['podrunner'].tail()}")
+            time.sleep(0.1)
+
     def logs(self, *, lines: int = 200) -> str:
         return "\n".join(f"---- {name} ({p.log_path})\n{p.tail(lines)}" for name, p in self._procs.items())
 

@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import subprocess
+import time
 
 import kubernetes.client
 import kubernetes.config
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.cluster
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TOOLKIT = str(REPO / ".venv" / "bin" / "toolkit")
+BUSYBOX = "localhost/dispatch-base/busybox:1.35-static"
 # The release devcluster/go.mod pins: the apiserver and the kubectl built beside it report it.
 K8S_RELEASE = next(line.split()[1] for line in (REPO / "devcluster" / "go.mod").read_text().splitlines()
                    if line.split()[:1] == ["k8s.io/kubernetes"])
@@ -50,13 +52,29 @@ def test_up_status_down_a_whole_local_cluster(tmp_path: pathlib.Path) -> None:
         kubeconfig = started.stdout.splitlines()[0].removeprefix("export KUBECONFIG=")
         with kubernetes.config.new_client_from_config(config_file=kubeconfig) as api:
             ready = {n.metadata.name for n in kubernetes.client.CoreV1Api(api).list_node().items}
-        assert ready == {"kwok-node-0", "kwok-node-1"}
+            assert ready == {"kwok-node-0", "kwok-node-1"}
+            # A person's pod runs for real: its command in its image, in podman, ending with its exit code.
+            core = kubernetes.client.CoreV1Api(api)
+            core.create_namespaced_pod("default", {
+                "metadata": {"name": "hello"},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": BUSYBOX, "command": ["/bin/sh", "-c", 'echo "hi from $POD"; exit 7'],
+                    "env": [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]}})
+            deadline = time.monotonic() + 60
+            while (pod := core.read_namespaced_pod("hello", "default")).status.phase not in ("Succeeded", "Failed"):
+                assert time.monotonic() < deadline, pod.status
+                time.sleep(0.3)
+        assert pod.status.phase == "Failed"
+        assert pod.status.container_statuses[0].state.terminated.exit_code == 7
+        log = tmp_path / "state" / "logs" / "pods" / "default_hello_main.log"
+        assert log.read_text() == "hi from hello\n"
         again = cluster("up", env=env)
         assert again.returncode == 1 and again.stderr.count("\n") == 1, again.stderr
         assert "a cluster is already up" in again.stderr
         status = cluster("status", env=env)
         assert status.returncode == 0, status.stderr
-        for name in ("kube-apiserver", "trainer-controller-manager", "jobset-controller", "kueue", "kwok"):
+        for name in ("kube-apiserver", "trainer-controller-manager", "jobset-controller", "kueue", "kwok",
+                     "podrunner"):
             assert name in status.stdout
     finally:
         stopped = cluster("down", env=env)
