@@ -23,7 +23,7 @@ import kubernetes.utils
 import yaml
 
 from devcluster import execute, stack as stack_mod
-from toolkit import adapter, kube, names, render
+from toolkit import adapter, kube, names, paths, render
 from toolkit import request as request_mod
 
 IMAGE = "localhost/dispatch-base/busybox:1.35-static"
@@ -196,7 +196,7 @@ class Scenario:
                                        {"metadata": {"annotations": {stack_mod.EXIT_CODE_ANNOTATION: str(exit_code)}}})
 
     def trainjob(self) -> dict[str, Any]:
-        return self.client.get(kube.TRAINJOB, name=self.name, namespace=self.namespace)
+        return self.client.get(paths.TRAINJOB, name=self.name, namespace=self.namespace)
 
     def foreign(self) -> str | None:
         """The TrainJob's foreign flag (the causes, one a line), or None."""
@@ -213,7 +213,7 @@ class Scenario:
 
     def jobset(self) -> dict[str, Any] | None:
         try:
-            return self.client.get(kube.JOBSET, name=self.name, namespace=self.namespace)
+            return self.client.get(paths.JOBSET, name=self.name, namespace=self.namespace)
         except kube.NotFound:
             return None
 

@@ -38,20 +38,18 @@ before it is sent.
 from __future__ import annotations
 
 import dataclasses
-import email.utils
 import enum
 import http.client
 import json
 import logging
-import math
 import re
-import time
 import urllib.parse
 from typing import Any
 
 import urllib3
 
 from dispatcher import logs, names
+from toolkit import backoff
 
 log = logging.getLogger("dispatcher.backend")
 
@@ -70,26 +68,6 @@ def token_problem(token: object) -> str | None:
     if not _B64TOKEN.fullmatch(token):
         return f"holds a character outside an {TOKEN_RULE}"
     return None
-
-
-def retry_after(value: str | None, *, now: float) -> float | None:
-    """Seconds to wait from a `Retry-After` header (delta-seconds or an HTTP date), or None if absent/unreadable."""
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        seconds = float(value)
-    else:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            return None
-        seconds = when.timestamp() - now
-    if math.isnan(seconds):
-        return None
-    return min(MAX_RETRY_AFTER, max(0.0, seconds))
 
 
 class BackendError(Exception):
@@ -138,7 +116,7 @@ class Answer:
 
 
 def _retry_after(response: urllib3.BaseHTTPResponse) -> float | None:
-    return retry_after(response.headers.get("Retry-After"), now=time.time())
+    return backoff.retry_after(response.headers.get("Retry-After"), limit=MAX_RETRY_AFTER)
 
 
 class Backend:

@@ -20,12 +20,13 @@ Two kinds of held token:
   UTF-8 bytes, JSON), as an error message would quote it.
 
 `scrub` is the same redaction for any value (a death report's body).
-Structured fields go in `extra={"fields": {...}}`.
+Structured fields go in `extra={"fields": {...}}`. The record is the one all
+three processes write (toolkit.jsonlog: `time`, `level`, `component`,
+`message`, then the fields), redacted whole before it becomes a line.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import re
@@ -34,6 +35,7 @@ import threading
 from collections.abc import Iterable
 
 from dispatcher import names
+from toolkit import jsonlog
 
 REDACTED = "[redacted]"
 MAX_HELD = 1 << 17
@@ -111,31 +113,45 @@ def _redact_plain(text: str, tokens: dict[str, None], lengths: tuple[int, ...]) 
     return "".join(out)
 
 
-def redact(text: str, *, secrets: Iterable[str] = ()) -> str:
-    """`text` with every held token (and each of `secrets`) replaced by `[redacted]`."""
+def _literal_forms(secrets: Iterable[str]) -> tuple[list[str], tuple[int, ...]]:
+    """The forms matched literally (odd held tokens and every escaping of `secrets`), longest first, and
+    the lengths of the plain held tokens: computed once for a whole `scrub`, not once per string."""
     with _lock:
         odd = [form for forms in _odd.values() for form in forms]
         lengths = _lengths
     extra = [form for s in secrets if s for form in _variants(s)]
-    for form in sorted((*odd, *extra), key=len, reverse=True):
+    return sorted((*odd, *extra), key=len, reverse=True), lengths
+
+
+def _redact(text: str, forms: list[str], lengths: tuple[int, ...]) -> str:
+    for form in forms:
         if form in text:
             text = text.replace(form, REDACTED)
     return _redact_plain(text, _plain, lengths)
 
 
+def redact(text: str, *, secrets: Iterable[str] = ()) -> str:
+    """`text` with every held token (and each of `secrets`) replaced by `[redacted]`."""
+    return _redact(text, *_literal_forms(secrets))
+
+
 def scrub(value: object, *, secrets: Iterable[str] = ()) -> object:
     """`value` with `redact` applied to every string in it (dict keys too); other leaves as they are,
     except objects JSON cannot hold, which become their (redacted) str."""
-    secrets = tuple(secrets)
-    if isinstance(value, str):
-        return redact(value, secrets=secrets)
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    if isinstance(value, dict):
-        return {redact(str(k), secrets=secrets): scrub(v, secrets=secrets) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [scrub(v, secrets=secrets) for v in value]
-    return redact(str(value), secrets=secrets)
+    forms, lengths = _literal_forms(tuple(secrets))
+
+    def walk(item: object) -> object:
+        if isinstance(item, str):
+            return _redact(item, forms, lengths)
+        if item is None or isinstance(item, (bool, int, float)):
+            return item
+        if isinstance(item, dict):
+            return {_redact(str(k), forms, lengths): walk(v) for k, v in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [walk(v) for v in item]
+        return _redact(str(item), forms, lengths)
+
+    return walk(value)
 
 
 def held() -> int:
@@ -151,19 +167,9 @@ class JsonFormatter(logging.Formatter):
             hold(secret)
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, object] = {
-            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "component": names.COMPONENT,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, dict):
-            entry.update(fields)
-        if record.exc_info:
-            entry["error"] = self.formatException(record.exc_info).splitlines()[-1]
-        return json.dumps(scrub(entry), sort_keys=False)
+        entry = scrub(jsonlog.from_log_record(record, component=names.COMPONENT))
+        assert isinstance(entry, dict)  # scrub keeps a dict a dict
+        return jsonlog.line(entry)
 
 
 def configure(*, level: str, secrets: tuple[str, ...] = ()) -> None:

@@ -7,6 +7,9 @@ Deployment that templates a value out leaves it empty). A missing required
 value, or a malformed one, raises `SettingsError` whose message is one line
 naming the variable and the bound; `app.main` prints it and exits 2.
 
+Values are read by the parsers all three processes share (toolkit.envparse);
+the error texts are the dispatcher's own.
+
 The table in `VARIABLES` is the documentation: docs/dispatcher.md and the
 README are written from it, and a test checks they list every name.
 """
@@ -20,6 +23,7 @@ import urllib.parse
 from collections.abc import Mapping
 
 from dispatcher import backend, names
+from toolkit import envparse
 
 IN_CLUSTER_NAMESPACE_FILE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -58,6 +62,7 @@ VARIABLES: tuple[tuple[str, str | None, str], ...] = (
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LEVELS = ("debug", "info", "warning", "error")
+_TRUE_OR_FALSE = {"true": True, "false": False}
 
 
 class SettingsError(ValueError):
@@ -89,45 +94,39 @@ class Settings:
     kubeconfig: str = ""
 
 
-def _get(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name)
-    return value if value not in (None, "") else None
-
-
 def _required(env: Mapping[str, str], name: str) -> str:
-    value = _get(env, name)
+    value = envparse.get(env, name)
     if value is None:
         raise SettingsError(f"{name} is required and not set")
     return value
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int) -> int:
-    raw = _get(env, name)
-    if raw is None:
-        return default
-    if not re.fullmatch(r"[0-9]+", raw.strip()):
-        raise SettingsError(f"{name}={raw!r} is not an integer in {low}..{high}")
-    value = int(raw)
-    if not low <= value <= high:
-        raise SettingsError(f"{name}={value} is outside {low}..{high}")
-    return value
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float, *, low: float, high: float) -> float:
-    raw = _get(env, name)
+    raw = envparse.get(env, name)
     if raw is None:
         return default
     try:
-        value = float(raw)
-    except ValueError:
+        return envparse.whole(raw.strip(), low=low, high=high)
+    except envparse.Malformed:
+        raise SettingsError(f"{name}={raw!r} is not an integer in {low}..{high}") from None
+    except envparse.OutOfRange as e:
+        raise SettingsError(f"{name}={e.value} is outside {low}..{high}") from None
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float, *, low: float, high: float) -> float:
+    raw = envparse.get(env, name)
+    if raw is None:
+        return default
+    try:
+        return envparse.seconds(raw, low=low, high=high)
+    except envparse.Malformed:
         raise SettingsError(f"{name}={raw!r} is not a number of seconds in {low}..{high}") from None
-    if not low <= value <= high:  # also refuses nan and inf
-        raise SettingsError(f"{name}={raw} is outside {low}..{high} seconds")
-    return value
+    except envparse.OutOfRange:
+        raise SettingsError(f"{name}={raw} is outside {low}..{high} seconds") from None
 
 
 def _quantity(env: Mapping[str, str], name: str, default: str) -> str:
-    raw = _get(env, name)
+    raw = envparse.get(env, name)
     if raw is None:
         return default
     if not _QUANTITY.match(raw):
@@ -136,7 +135,7 @@ def _quantity(env: Mapping[str, str], name: str, default: str) -> str:
 
 
 def _dns_label(env: Mapping[str, str], name: str, default: str) -> str:
-    raw = _get(env, name)
+    raw = envparse.get(env, name)
     if raw is None:
         return default
     if not _DNS_LABEL.match(raw):
@@ -145,12 +144,13 @@ def _dns_label(env: Mapping[str, str], name: str, default: str) -> str:
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = _get(env, name)
+    raw = envparse.get(env, name)
     if raw is None:
         return default
-    if raw.strip().lower() not in ("true", "false"):
-        raise SettingsError(f"{name}={raw!r} is not true or false")
-    return raw.strip().lower() == "true"
+    try:
+        return envparse.boolean(raw.strip().lower(), words=_TRUE_OR_FALSE)
+    except envparse.Malformed:
+        raise SettingsError(f"{name}={raw!r} is not true or false") from None
 
 
 def _url(env: Mapping[str, str], name: str) -> str:
@@ -179,7 +179,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
     if any(c.isspace() for c in image):
         raise SettingsError(f"TCAB_DISPATCHER_DRIVER_IMAGE={image!r} contains whitespace")
     namespace = _dns_label(env, "TCAB_DISPATCHER_NAMESPACE", "") or _default_namespace()
-    level = (_get(env, "TCAB_DISPATCHER_LOG_LEVEL") or "info").lower()
+    level = (envparse.get(env, "TCAB_DISPATCHER_LOG_LEVEL") or "info").lower()
     if level not in _LEVELS:
         raise SettingsError(f"TCAB_DISPATCHER_LOG_LEVEL={level!r} is not one of {', '.join(_LEVELS)}")
     passthrough = tuple(sorted(
@@ -196,7 +196,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         driver_service_account=_dns_label(env, "TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT", ""),
         driver_run_as_non_root=_bool(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_NON_ROOT", True),
         driver_run_as_user=(_int(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_USER", 0, low=1, high=2_147_483_647)
-                            if _get(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_USER") is not None else None),
+                            if envparse.get(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_USER") is not None else None),
         poll_interval=_seconds(env, "TCAB_DISPATCHER_POLL_INTERVAL", 2.0, low=0.01, high=3600),
         job_ttl_seconds=_int(env, "TCAB_DISPATCHER_JOB_TTL_SECONDS", 3600, low=0, high=31_536_000),
         backend_timeout=_seconds(env, "TCAB_DISPATCHER_BACKEND_TIMEOUT", 10.0, low=0.1, high=600),
@@ -206,5 +206,5 @@ def from_env(env: Mapping[str, str]) -> Settings:
         log_level=level,
         sandbox_namespace=_dns_label(env, names.ENV_SANDBOX_NAMESPACE, "") or namespace,
         passthrough=passthrough,
-        kubeconfig=_get(env, "KUBECONFIG") or "",
+        kubeconfig=envparse.get(env, "KUBECONFIG") or "",
     )

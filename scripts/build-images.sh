@@ -218,7 +218,8 @@ build_sidecar() {
   local ctx
   ctx=$(mktemp -d)
   mkdir "$ctx/toolkit"
-  cp toolkit/__init__.py toolkit/names.py toolkit/detect.py "$ctx/toolkit/"
+  cp toolkit/__init__.py toolkit/names.py toolkit/detect.py toolkit/paths.py toolkit/backoff.py \
+    toolkit/jsonlog.py toolkit/envparse.py "$ctx/toolkit/"
   cp -r sidecar "$ctx/sidecar"
   rm -rf "$ctx/sidecar/__pycache__"
   podman build -q --isolation chroot --build-arg BASE=localhost/dispatch-base/python:3.11-bookworm \
@@ -226,5 +227,5 @@ build_sidecar() {
   rm -rf "$ctx"
 }
 ensure localhost/dispatch/sidecar:dev build_sidecar images/sidecar.Containerfile sidecar/*.py \
-  toolkit/__init__.py toolkit/names.py toolkit/detect.py \
-  <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/python:3.11-bookworm)
+  toolkit/__init__.py toolkit/names.py toolkit/detect.py toolkit/paths.py toolkit/backoff.py toolkit/jsonlog.py \
+  toolkit/envparse.py <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/python:3.11-bookworm)

@@ -16,6 +16,10 @@ timeout, TLS failure, 429, 5xx), carrying Retry-After when the server sent one;
 `ApiError` for the rest (401, 403, 404, 422...), with the Status message.
 `Stopping` when SIGTERM or SIGINT is pending before a request: the check is
 abandoned so the process exits promptly. Nothing here retries; the loop does.
+
+The paths come from toolkit.paths (every segment quoted: names come from
+files in the pod, and must never add a path segment); Retry-After, seconds
+or an HTTP date, is read by toolkit.backoff.
 """
 
 from __future__ import annotations
@@ -25,13 +29,13 @@ import json
 import signal
 import ssl
 import time
-import urllib.parse
 from collections.abc import Callable
 
 from sidecar import settings
-from toolkit import names
+from toolkit import backoff
 
 USER_AGENT = "dispatch-sidecar/0.1"
+RETRY_AFTER_LIMIT = 86400.0
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 # on_request(method, path, status or None, milliseconds, error text or "")
@@ -54,30 +58,9 @@ class Stopping(Exception):
     """SIGTERM or SIGINT is pending: stop before the next request."""
 
 
-def trainjob_path(namespace: str, name: str) -> str:
-    return (f"/apis/{names.TRAINER_GROUP}/{names.TRAINER_VERSION}/namespaces/"
-            f"{_segment(namespace)}/trainjobs/{_segment(name)}")
-
-
-def jobset_path(namespace: str, name: str) -> str:
-    return (f"/apis/{names.JOBSET_GROUP}/{names.JOBSET_VERSION}/namespaces/"
-            f"{_segment(namespace)}/jobsets/{_segment(name)}")
-
-
-def events_path(namespace: str) -> str:
-    return f"/api/v1/namespaces/{_segment(namespace)}/events"
-
-
-def _segment(value: str) -> str:
-    # Names come from files in the pod: never let one add a path segment.
-    return urllib.parse.quote(value, safe="")
-
-
 def _retry_after(response: http.client.HTTPResponse) -> float | None:
-    raw = response.getheader("Retry-After")
-    if raw and raw.strip().isdigit():
-        return float(raw.strip())
-    return None
+    # The wait is capped by the loop's backoff ceiling; this limit only keeps the number sane.
+    return backoff.retry_after(response.getheader("Retry-After"), limit=RETRY_AFTER_LIMIT)
 
 
 def _status_message(body: bytes) -> str:

@@ -26,7 +26,7 @@ import sys
 import time
 
 from sidecar import api, check, podinfo, report, settings
-from toolkit import names
+from toolkit import backoff, names, paths
 
 _SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
@@ -35,20 +35,6 @@ class _CheckFailed(Exception):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
-
-
-def backoff(failures: int, *, base: float, ceiling: float, retry_after: float | None,
-            fraction: float) -> float:
-    """Seconds to wait after the `failures`-th failed check in a row:
-    exponential, capped, the upper half jittered by `fraction` in [0, 1), and
-    never less than the server's Retry-After, itself jittered upwards by up to
-    half (every pod of a job may get the same 429 at the same moment: they
-    must not all come back at once), the whole capped too."""
-    delay = min(ceiling, base * 2 ** min(failures - 1, 60))
-    delay = delay / 2 + fraction * delay / 2
-    if retry_after is not None:
-        delay = max(delay, min(retry_after + fraction * retry_after / 2, ceiling))
-    return delay
 
 
 def _fraction() -> float:
@@ -88,7 +74,7 @@ class Verifier:
                               on_request=self._on_request)
         try:
             with session:
-                trainjob = session.get(api.trainjob_path(pod.namespace, trainjob_name))
+                trainjob = session.get(paths.TRAINJOB.path(namespace=pod.namespace, name=trainjob_name))
                 # The pod's own JobSet UID label (JobSet sets it) saves the second read.
                 jobset_uid = pod.labels.get(names.JOBSET_UID_LABEL) or self._jobset_uid(session, pod.namespace,
                                                                                    trainjob_name)
@@ -102,7 +88,7 @@ class Verifier:
                     report.log("violation", level="warning", rule=violation.rule, detail=text,
                                trainjob=trainjob_name, namespace=pod.namespace)
                     if self.reported.is_new(violation):
-                        session.post(api.events_path(pod.namespace),
+                        session.post(paths.EVENT.path(namespace=pod.namespace),
                                      report.event(namespace=pod.namespace, trainjob=trainjob, pod=pod.name,
                                                   message=text))
                         self.reported.add(violation)
@@ -118,7 +104,7 @@ class Verifier:
 
     def _jobset_uid(self, session: api.Session, namespace: str, name: str) -> str | None:
         try:
-            jobset = session.get(api.jobset_path(namespace, name))
+            jobset = session.get(paths.JOBSET.path(namespace=namespace, name=name))
         except api.Unavailable:
             raise
         except api.ApiError as e:
@@ -162,8 +148,10 @@ def run(config: settings.Settings) -> int:
             # a crash loop of the pod's sidecar.
             failures += 1
             retry_after = e.retry_after if isinstance(e, _CheckFailed) else None
-            delay = backoff(failures, base=config.backoff_base_seconds, ceiling=config.backoff_max_seconds,
-                            retry_after=retry_after, fraction=_fraction())
+            # Every pod of a job may get the same 429 at the same moment: the
+            # jitter (Retry-After's too) keeps them from all coming back at once.
+            delay = backoff.delay(failures, base=config.backoff_base_seconds, cap=config.backoff_max_seconds,
+                                  retry_after=retry_after, fraction=_fraction())
             error = str(e) if isinstance(e, _CheckFailed) else f"internal error: {type(e).__name__}: {e}"
             report.log("check failed", level="error", error=error, failures=failures,
                        retry_in_seconds=round(delay, 2))

@@ -1,9 +1,10 @@
 """What the sidecar says: JSON log lines, and the Warning Event on the TrainJob.
 
-Log lines go to stderr, one JSON object a line, with `component` and `msg`;
-the token is never logged. A violation is logged at every check that sees it,
-but reported as an Event once per process for each distinct violation (rule
-and detail): the Event is the controller's signal to flag the TrainJob, and
+Log lines go to stderr, one JSON object a line, in the record all three
+processes write (toolkit.jsonlog: `time`, `level`, `component`, `message`,
+then the fields); the token is never logged. A violation is logged at every
+check that sees it, but reported as an Event once per process for each
+distinct violation (rule and detail): the Event is the controller's signal to flag the TrainJob, and
 sending it again every interval would only add load and noise. A new value
 (another floor, another UID) is a distinct violation and reported again.
 
@@ -15,20 +16,18 @@ from `check.message`.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
-from toolkit import detect, names
+from toolkit import detect, jsonlog, names
 
 COMPONENT = "dispatch-sidecar"
 REPORTING_CONTROLLER = f"{names.DOMAIN}/sidecar"
 
 
-def log(msg: str, *, level: str = "info", **fields: object) -> None:
-    line = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "level": level,
-            "component": COMPONENT, "msg": msg, **fields}
-    sys.stderr.write(json.dumps(line, separators=(",", ":"), default=str) + "\n")
+def log(message: str, *, level: str = "info", **fields: object) -> None:
+    record = jsonlog.record(component=COMPONENT, level=level, message=message, fields=fields)
+    sys.stderr.write(jsonlog.line(record) + "\n")
     sys.stderr.flush()
 
 

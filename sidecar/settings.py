@@ -11,15 +11,18 @@ parser is a dependency and an import the sidecar would pay for in every pod.
 The explicit trio is what a token kubeconfig holds (server, CA, bearer token).
 
 A bad value is refused with one line naming the variable and the bound
-(`SettingsError`), never a traceback; `main` prints it and exits 2.
+(`SettingsError`), never a traceback; `main` prints it and exits 2. The
+values are read by the parsers all three processes share (toolkit.envparse);
+the error texts are the sidecar's own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Mapping
+
+from toolkit import envparse
 
 ENV_PREFIX = "DISPATCH_SIDECAR_"
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -61,25 +64,31 @@ class Settings:
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float, *, low: float, high: float) -> float:
-    raw = env.get(ENV_PREFIX + name)
-    if raw is None or raw == "":
+    raw = envparse.get(env, ENV_PREFIX + name)
+    if raw is None:
         return default
     try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (low <= value <= high):  # also refuses nan and inf
-        raise SettingsError(f"{ENV_PREFIX}{name}={raw!r}: must be a number of seconds in [{low:g}, {high:g}]")
-    return value
+        return envparse.seconds(raw, low=low, high=high)
+    except (envparse.Malformed, envparse.OutOfRange):
+        raise SettingsError(f"{ENV_PREFIX}{name}={raw!r}: must be a number of seconds in [{low:g}, {high:g}]") from None
 
 
 def _count(env: Mapping[str, str], name: str, default: int, *, high: int) -> int:
-    raw = env.get(ENV_PREFIX + name)
-    if raw is None or raw == "":
+    raw = envparse.get(env, ENV_PREFIX + name)
+    if raw is None:
         return default
-    if not raw.isascii() or not raw.isdigit() or int(raw) > high:
-        raise SettingsError(f"{ENV_PREFIX}{name}={raw!r}: must be a whole number in [0, {high}]")
-    return int(raw)
+    try:
+        return envparse.whole(raw, low=0, high=high)
+    except (envparse.Malformed, envparse.OutOfRange):
+        raise SettingsError(f"{ENV_PREFIX}{name}={raw!r}: must be a whole number in [0, {high}]") from None
+
+
+def _port(text: str) -> int | None:
+    """A TCP port from 1 to 65535, or None."""
+    try:
+        return envparse.whole(text, low=1, high=65535)
+    except (envparse.Malformed, envparse.OutOfRange):
+        return None
 
 
 def _split_server(raw: str) -> tuple[str, int]:
@@ -96,9 +105,10 @@ def _split_server(raw: str) -> tuple[str, int]:
         host, _, port = rest.partition(":")
     else:
         host, port = rest, ""
-    if not host or (port and (not port.isdigit() or not 0 < int(port) < 65536)):
+    number = _port(port) if port else 443
+    if not host or number is None:
         raise SettingsError(f"{name}={raw!r}: must be https://HOST[:PORT], PORT in [1, 65535]")
-    return host, int(port or 443)
+    return host, number
 
 
 def endpoint(env: Mapping[str, str]) -> Endpoint:
@@ -116,9 +126,10 @@ def endpoint(env: Mapping[str, str]) -> Endpoint:
     if not host:
         raise SettingsError("KUBERNETES_SERVICE_HOST: not set (not in a pod?); "
                             f"set {ENV_PREFIX}API_SERVER, _TOKEN_FILE and _CA_FILE instead")
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    number = _port(port)
+    if number is None:
         raise SettingsError(f"KUBERNETES_SERVICE_PORT={port!r}: must be a port in [1, 65535]")
-    return Endpoint(host=host, port=int(port), token_file=f"{SERVICE_ACCOUNT_DIR}/token",
+    return Endpoint(host=host, port=number, token_file=f"{SERVICE_ACCOUNT_DIR}/token",
                     ca_file=f"{SERVICE_ACCOUNT_DIR}/ca.crt", source="in-cluster")
 
 

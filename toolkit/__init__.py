@@ -1,7 +1,9 @@
 """dispatch toolkit: execution identity for Kubeflow TrainJobs.
 
 Layers, lowest first (a module imports only from layers below it):
-  names, identity, detect, request, wrap, render, runtime_check   pure logic
+  names, paths, backoff, jsonlog, envparse                        the core the controller, dispatcher and
+                                                                  sidecar share: standard library only
+  identity, detect, request, wrap, render, runtime_check          pure logic
   kube                                                            the one module that owns the kubernetes client
   adapter, controller                                             operations and the long-running controller
   cli                                                             click shell: parse, call, print

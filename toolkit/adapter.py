@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from toolkit import detect, kube, names, raising
+from toolkit import detect, kube, names, paths, raising
 
 Obj = dict[str, Any]
 
@@ -77,7 +77,7 @@ def raise_admission(
 
     try:
         result, conflicts = client.read_modify_write(
-            kube.TRAINJOB, name=name, namespace=namespace, compute=compute, on_conflict=on_conflict, first=first
+            paths.TRAINJOB, name=name, namespace=namespace, compute=compute, on_conflict=on_conflict, first=first
         )
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
@@ -99,8 +99,8 @@ def _runtime(client: kube.Client, *, namespace: str, ref: Obj) -> Obj:
     name = ref.get("name") or ""
     try:
         if kind == "TrainingRuntime":
-            return client.get(kube.TRAINING_RUNTIME, name=name, namespace=namespace)
-        return client.get(kube.CLUSTER_TRAINING_RUNTIME, name=name)
+            return client.get(paths.TRAINING_RUNTIME, name=name, namespace=namespace)
+        return client.get(paths.CLUSTER_TRAINING_RUNTIME, name=name)
     except kube.NotFound:
         raise AdapterError(f"spec.runtimeRef: {kind} {name!r} not found on the cluster") from None
 
@@ -118,7 +118,7 @@ def start(
     meta = trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     try:
-        client.get(kube.TRAINJOB, name=name, namespace=namespace)
+        client.get(paths.TRAINJOB, name=name, namespace=namespace)
         return Started(namespace, name, created=False)
     except kube.NotFound:
         pass
@@ -133,7 +133,7 @@ def start(
             f"TrainJob {name}: must be rendered with spec.suspend true and admission 0 in our runtime patch"
         )
     try:
-        client.create(kube.TRAINJOB, trainjob, namespace=namespace)
+        client.create(paths.TRAINJOB, trainjob, namespace=namespace)
     except kube.AlreadyExists:
         return Started(namespace, name, created=False)
     except kube.Invalid as exc:
@@ -152,7 +152,7 @@ def open_(client: kube.Client, *, namespace: str, name: str) -> Raised:
 def live_pods(client: kube.Client, *, namespace: str, name: str) -> list[str]:
     """The TrainJob's pods that still run: not finished and not terminating
     (the pods the controller's detector judges), sorted by name."""
-    pods, _ = client.list(kube.POD, namespace=namespace, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")
+    pods, _ = client.list(paths.POD, namespace=namespace, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")
     return sorted(
         str(p["metadata"]["name"])
         for p in pods
@@ -169,7 +169,7 @@ def release(client: kube.Client, *, namespace: str, name: str) -> Raised:
     detector (and their sidecars) would flag the TrainJob foreign for
     nothing. Terminating pods do not count: nothing judges them."""
     try:
-        trainjob = client.get(kube.TRAINJOB, name=name, namespace=namespace)
+        trainjob = client.get(paths.TRAINJOB, name=name, namespace=namespace)
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
     if raising.is_suspended(trainjob):
@@ -194,7 +194,7 @@ def hold(client: kube.Client, *, namespace: str, name: str) -> bool:
         return trainjob, True
 
     try:
-        changed, _ = client.read_modify_write(kube.TRAINJOB, name=name, namespace=namespace, compute=compute)
+        changed, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute)
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
     return changed
@@ -231,7 +231,7 @@ def flag_foreign(
         return trainjob, trainjob
 
     try:
-        flagged, _ = client.read_modify_write(kube.TRAINJOB, name=name, namespace=namespace, compute=compute)
+        flagged, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute)
     except kube.NotFound:
         return False
     if flagged is None:
@@ -254,7 +254,7 @@ def record_jobset_uid(client: kube.Client, *, namespace: str, name: str, uid: st
         return trainjob, None
 
     try:
-        violation, _ = client.read_modify_write(kube.TRAINJOB, name=name, namespace=namespace, compute=compute)
+        violation, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute)
     except kube.NotFound:
         return None
     return violation
@@ -334,11 +334,11 @@ def compute_status(trainjob: Obj, jobset: Obj | None) -> Status:
 
 def status(client: kube.Client, *, namespace: str, name: str) -> Status:
     try:
-        trainjob = client.get(kube.TRAINJOB, name=name, namespace=namespace)
+        trainjob = client.get(paths.TRAINJOB, name=name, namespace=namespace)
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
     try:
-        jobset: Obj | None = client.get(kube.JOBSET, name=name, namespace=namespace)
+        jobset: Obj | None = client.get(paths.JOBSET, name=name, namespace=namespace)
     except kube.NotFound:
         jobset = None
     return compute_status(trainjob, jobset)

@@ -9,7 +9,7 @@ What it guarantees:
 - Errors come back as the small exception tree below (Conflict, NotFound,
   Gone, ...), never as a raw ApiException, so callers can branch on them.
 - Transient failures (connection errors, 429, 5xx) are retried with a
-  bounded backoff, honouring Retry-After. A 409 is NOT retried here: a
+  bounded backoff (toolkit.backoff), honouring Retry-After. A 409 is NOT retried here: a
   conflict means the caller's read is stale and only the caller knows how to
   recompute; `read_modify_write` is that loop, and it never re-sends the
   body it computed from the stale read.
@@ -21,12 +21,10 @@ What it guarantees:
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import logging
 import os
-import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -39,7 +37,7 @@ import kubernetes.leaderelection.leaderelection
 import kubernetes.leaderelection.resourcelock.leaselock
 import urllib3.exceptions
 
-from toolkit import names
+from toolkit import backoff, paths
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -87,46 +85,10 @@ class TooManyConflicts(Exception):
     pass
 
 
-@dataclasses.dataclass(frozen=True)
-class Resource:
-    group: str  # "" for the core API
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(self, *, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
-        if sub:
-            base += f"/{sub}"
-        return base
-
-
-TRAINJOB = Resource(names.TRAINER_GROUP, names.TRAINER_VERSION, "trainjobs", "TrainJob")
-TRAINING_RUNTIME = Resource(names.TRAINER_GROUP, names.TRAINER_VERSION, "trainingruntimes", "TrainingRuntime")
-CLUSTER_TRAINING_RUNTIME = Resource(
-    names.TRAINER_GROUP, names.TRAINER_VERSION, "clustertrainingruntimes", "ClusterTrainingRuntime", False
-)
-JOBSET = Resource(names.JOBSET_GROUP, names.JOBSET_VERSION, "jobsets", "JobSet")
-# Kueue v0.19 serves v1beta1 (deprecated) and v1beta2 (the storage version).
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta2"
-WORKLOAD = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload")
-ADMISSION_CHECK = Resource(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", "AdmissionCheck", False)
-POD = Resource("", "v1", "pods", "Pod")
-EVENT = Resource("", "v1", "events", "Event")
-
 _ERRORS: dict[int, type[ApiError]] = {404: NotFound, 410: Gone, 403: Forbidden, 422: Invalid}
 _TRANSIENT = {429, 500, 502, 503, 504}
+# The longest a Retry-After holds one request (the backoff between retries is at most 2 s).
+RETRY_AFTER_LIMIT = 10.0
 
 
 def _error(status: int, body: bytes | str | None) -> ApiError:
@@ -183,7 +145,7 @@ class Client:
         content_type: str = "application/json",
     ) -> Obj:
         """One API call with transient retries; the decoded JSON body."""
-        delay = 0.05
+        pause = backoff.Backoff(base=0.05, cap=2.0, retry_cap=RETRY_AFTER_LIMIT)
         for attempt in range(self.retries + 1):
             try:
                 resp = self._send(method, path, query=query, body=body, content_type=content_type)
@@ -191,30 +153,27 @@ class Client:
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 if attempt == self.retries:
                     raise ApiError(0, "Unreachable", str(exc)) from exc
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                time.sleep(pause.next_delay())
                 continue
             if 200 <= resp.status <= 299:
                 return json.loads(data) if data else {}
             if resp.status in _TRANSIENT and attempt < self.retries:
-                retry_after = resp.getheader("Retry-After")
-                wait = float(retry_after) if retry_after and retry_after.isdigit() else delay
-                time.sleep(min(wait, 10.0) + random.uniform(0, delay / 2))
-                delay = min(delay * 2, 2.0)
+                retry_after = backoff.retry_after(resp.getheader("Retry-After"), limit=RETRY_AFTER_LIMIT)
+                time.sleep(pause.next_delay(retry_after=retry_after))
                 continue
             raise _error(resp.status, data)
         raise AssertionError("unreachable")
 
     # -- objects ------------------------------------------------------
 
-    def get(self, res: Resource, *, name: str, namespace: str | None = None) -> Obj:
+    def get(self, res: paths.Resource, *, name: str, namespace: str | None = None) -> Obj:
         return self.request("GET", res.path(namespace=namespace, name=name))
 
-    def create(self, res: Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
+    def create(self, res: paths.Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
         body = {"apiVersion": res.api_version, "kind": res.kind, **obj}
         return self.request("POST", res.path(namespace=namespace), body=body)
 
-    def replace(self, res: Resource, obj: Obj, *, subresource: str | None = None) -> Obj:
+    def replace(self, res: paths.Resource, obj: Obj, *, subresource: str | None = None) -> Obj:
         """PUT the object back; its metadata.resourceVersion is the precondition."""
         meta = obj["metadata"]
         if not meta.get("resourceVersion"):
@@ -223,17 +182,17 @@ class Client:
         return self.request("PUT", path, body=obj)
 
     def merge_patch(
-        self, res: Resource, patch: Obj, *, name: str, namespace: str | None = None, subresource: str | None = None
+        self, res: paths.Resource, patch: Obj, *, name: str, namespace: str | None = None, subresource: str | None = None
     ) -> Obj:
         path = res.path(namespace=namespace, name=name, sub=subresource)
         return self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
-    def delete(self, res: Resource, *, name: str, namespace: str | None = None) -> None:
+    def delete(self, res: paths.Resource, *, name: str, namespace: str | None = None) -> None:
         self.request("DELETE", res.path(namespace=namespace, name=name))
 
     def list(
         self,
-        res: Resource,
+        res: paths.Resource,
         *,
         namespace: str | None = None,
         label_selector: str | None = None,
@@ -259,7 +218,7 @@ class Client:
 
     def watch(
         self,
-        res: Resource,
+        res: paths.Resource,
         *,
         resource_version: str,
         namespace: str | None = None,
@@ -308,7 +267,7 @@ class Client:
 
     def read_modify_write(
         self,
-        res: Resource,
+        res: paths.Resource,
         *,
         name: str,
         namespace: str | None,
@@ -369,7 +328,7 @@ class Client:
             "lastTimestamp": now,
             "count": 1,
         }
-        return self.create(EVENT, event, namespace=meta["namespace"])
+        return self.create(paths.EVENT, event, namespace=meta["namespace"])
 
 
 def load(*, kubeconfig: str | None = None, context: str | None = None) -> Client:

@@ -14,7 +14,7 @@ import time
 import uuid
 from typing import Any
 
-from toolkit import kube, names, raising
+from toolkit import kube, names, paths, raising
 
 Obj = dict[str, Any]
 CHECK_CONTROLLER = "dispatch.phpboyscout.uk/admission-check"
@@ -46,7 +46,7 @@ def trainjob_body(name: str, *, suspend: bool = True, admission: int = 0) -> Obj
 
 def create_trainjob(client: kube.Client, namespace: str, name: str | None = None, **kw: Any) -> Obj:
     name = name or f"tj-{uuid.uuid4().hex[:6]}"
-    return client.create(kube.TRAINJOB, trainjob_body(name, **kw), namespace=namespace)
+    return client.create(paths.TRAINJOB, trainjob_body(name, **kw), namespace=namespace)
 
 
 def set_suspend(client: kube.Client, namespace: str, name: str, suspend: bool) -> None:
@@ -54,7 +54,7 @@ def set_suspend(client: kube.Client, namespace: str, name: str, suspend: bool) -
         tj["spec"]["suspend"] = suspend
         return tj, None
 
-    client.read_modify_write(kube.TRAINJOB, name=name, namespace=namespace, compute=compute)
+    client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute)
 
 
 def owner(obj: Obj) -> Obj:
@@ -92,13 +92,13 @@ def create_jobset(client: kube.Client, trainjob: Obj) -> Obj:
             ]
         },
     }
-    return client.create(kube.JOBSET, body, namespace=meta["namespace"])
+    return client.create(paths.JOBSET, body, namespace=meta["namespace"])
 
 
 def set_restarts(client: kube.Client, jobset: Obj, restarts: int) -> Obj:
     meta = jobset["metadata"]
     return client.merge_patch(
-        kube.JOBSET, {"status": {"restarts": restarts}}, name=meta["name"], namespace=meta["namespace"], subresource="status"
+        paths.JOBSET, {"status": {"restarts": restarts}}, name=meta["name"], namespace=meta["namespace"], subresource="status"
     )
 
 
@@ -125,11 +125,11 @@ def create_pod(
         },
         "spec": {"restartPolicy": "Never", "containers": [{"name": "node", "image": "busybox"}]},
     }
-    return client.create(kube.POD, body, namespace=namespace)
+    return client.create(paths.POD, body, namespace=namespace)
 
 
 def create_admission_check(client: kube.Client, name: str) -> Obj:
-    return client.create(kube.ADMISSION_CHECK, {"metadata": {"name": name}, "spec": {"controllerName": CHECK_CONTROLLER}})
+    return client.create(paths.ADMISSION_CHECK, {"metadata": {"name": name}, "spec": {"controllerName": CHECK_CONTROLLER}})
 
 
 def create_workload(client: kube.Client, trainjob: Obj) -> Obj:
@@ -143,7 +143,7 @@ def create_workload(client: kube.Client, trainjob: Obj) -> Obj:
             ],
         },
     }
-    return client.create(kube.WORKLOAD, body, namespace=meta["namespace"])
+    return client.create(paths.WORKLOAD, body, namespace=meta["namespace"])
 
 
 def _condition(kind: str, status: bool, reason: str) -> Obj:
@@ -162,8 +162,8 @@ def kueue_reserve(client: kube.Client, *, namespace: str, name: str, check: str)
         status["admissionChecks"] = [{"name": check, "state": "Pending", "message": "", "lastTransitionTime": now()}]
         return wl, wl
 
-    _, _ = client.read_modify_write(kube.WORKLOAD, name=name, namespace=namespace, compute=compute, subresource="status")
-    return client.get(kube.WORKLOAD, name=name, namespace=namespace)
+    _, _ = client.read_modify_write(paths.WORKLOAD, name=name, namespace=namespace, compute=compute, subresource="status")
+    return client.get(paths.WORKLOAD, name=name, namespace=namespace)
 
 
 def kueue_evict(client: kube.Client, *, namespace: str, name: str, check: str, keep_quota: bool = False) -> None:
@@ -182,11 +182,11 @@ def kueue_evict(client: kube.Client, *, namespace: str, name: str, check: str, k
         status["admissionChecks"] = [{"name": check, "state": "Pending", "message": "evicted", "lastTransitionTime": now()}]
         return wl, None
 
-    client.read_modify_write(kube.WORKLOAD, name=name, namespace=namespace, compute=compute, subresource="status")
+    client.read_modify_write(paths.WORKLOAD, name=name, namespace=namespace, compute=compute, subresource="status")
 
 
 def check_entry(client: kube.Client, *, namespace: str, name: str, check: str) -> Obj:
-    wl = client.get(kube.WORKLOAD, name=name, namespace=namespace)
+    wl = client.get(paths.WORKLOAD, name=name, namespace=namespace)
     for entry in (wl.get("status") or {}).get("admissionChecks") or []:
         if entry["name"] == check:
             return entry
@@ -205,4 +205,4 @@ def wait_for(fn: Any, *, timeout: float = 15.0, interval: float = 0.02, what: st
 
 
 def annotations(client: kube.Client, namespace: str, name: str) -> dict[str, str]:
-    return client.get(kube.TRAINJOB, name=name, namespace=namespace)["metadata"].get("annotations") or {}
+    return client.get(paths.TRAINJOB, name=name, namespace=namespace)["metadata"].get("annotations") or {}

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.adapter import kit
-from toolkit import cli, kube, raising
+from toolkit import cli, kube, paths, raising
 
 pytestmark = pytest.mark.cluster
 
@@ -37,17 +37,17 @@ def test_open_open_again_hold_release_and_status_through_the_cli(control_plane, 
     assert again.stderr == (
         f"toolkit open: TrainJob {name}: spec.suspend is false; A is only raised while the TrainJob is suspended\n"
     )
-    assert raising.counts(admin.get(kube.TRAINJOB, name=name, namespace=namespace)) == raising.Counts(patch=1, floor=1)
+    assert raising.counts(admin.get(paths.TRAINJOB, name=name, namespace=namespace)) == raising.Counts(patch=1, floor=1)
 
     held = toolkit("hold")
     assert (held.exit_code, held.stdout) == (0, f"trainjob {namespace}/{name} held\n")
-    assert admin.get(kube.TRAINJOB, name=name, namespace=namespace)["spec"]["suspend"] is True
+    assert admin.get(paths.TRAINJOB, name=name, namespace=namespace)["spec"]["suspend"] is True
     held_again = toolkit("hold")
     assert (held_again.exit_code, held_again.stdout) == (0, f"trainjob {namespace}/{name} was already suspended\n")
 
     released = toolkit("release")
     assert (released.exit_code, released.stdout) == (0, f"trainjob {namespace}/{name} running with A = 2\n")
-    tj = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
+    tj = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
     assert tj["spec"]["suspend"] is False
     assert raising.counts(tj) == raising.Counts(patch=2, floor=2)
 
@@ -86,18 +86,18 @@ def test_release_waits_for_the_held_execution_s_pods_to_stop(control_plane, api_
         f"toolkit release: TrainJob {namespace}/{name}: pod {pod_names[0]} and 1 more of the held execution still running; "
         "release once the hold has stopped them (they would run below the raised floor)\n"
     )
-    tj = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
+    tj = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
     assert tj["spec"]["suspend"] is True and raising.counts(tj) == raising.Counts(patch=1, floor=1)
 
     # One pod finished, the other terminating (held by a finalizer, as a
     # kubelet's grace period would): nothing judges them, release goes on.
-    admin.merge_patch(kube.POD, {"status": {"phase": "Failed"}}, name=pod_names[0], namespace=namespace,
+    admin.merge_patch(paths.POD, {"status": {"phase": "Failed"}}, name=pod_names[0], namespace=namespace,
                       subresource="status")
-    admin.merge_patch(kube.POD, {"metadata": {"finalizers": ["dispatch.phpboyscout.uk/test"]}},
+    admin.merge_patch(paths.POD, {"metadata": {"finalizers": ["dispatch.phpboyscout.uk/test"]}},
                       name=pod_names[1], namespace=namespace)
-    admin.delete(kube.POD, name=pod_names[1], namespace=namespace)
+    admin.delete(paths.POD, name=pod_names[1], namespace=namespace)
     try:
         released = toolkit("release")
         assert (released.exit_code, released.stdout) == (0, f"trainjob {namespace}/{name} running with A = 2\n")
     finally:
-        admin.merge_patch(kube.POD, {"metadata": {"finalizers": None}}, name=pod_names[1], namespace=namespace)
+        admin.merge_patch(paths.POD, {"metadata": {"finalizers": None}}, name=pod_names[1], namespace=namespace)

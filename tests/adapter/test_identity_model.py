@@ -29,7 +29,7 @@ import hypothesis
 import hypothesis.stateful as stateful
 import hypothesis.strategies as st
 
-from toolkit import adapter, detect, kube, names, raising
+from toolkit import adapter, detect, kube, names, paths, raising
 from toolkit.controller import detector
 
 
@@ -81,7 +81,7 @@ class Identity(stateful.RuleBasedStateMachine):
             mutate(obj)
             return obj, None
 
-        self.store.read_modify_write(kube.TRAINJOB, name="tj", namespace="ns", compute=compute)
+        self.store.read_modify_write(paths.TRAINJOB, name="tj", namespace="ns", compute=compute)
 
     def _observe_jobset(self) -> None:
         # the controller's detector: record the first UID, flag a new one
@@ -96,7 +96,7 @@ class Identity(stateful.RuleBasedStateMachine):
         if self.jobset_uid is None:
             self.jobset_uid = uuid.uuid4().hex
             self._observe_jobset()
-        tj = self.store.get(kube.TRAINJOB, name="tj")
+        tj = self.store.get(paths.TRAINJOB, name="tj")
         a = raising.patch_admission(tj)
         pod = {
             "metadata": {

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from tests.adapter import kit
-from toolkit import adapter, kube, names, raising
+from toolkit import adapter, kube, names, paths, raising
 
 pytestmark = pytest.mark.cluster
 
@@ -43,7 +43,7 @@ def test_sixteen_racing_raisers_land_every_raise_exactly_once(client, namespace)
     def watcher() -> None:
         # Every version the server holds, in order: A must never go down.
         while not stop.is_set():
-            seen.append(raising.counts(client.get(kube.TRAINJOB, name=name, namespace=namespace)).current)
+            seen.append(raising.counts(client.get(paths.TRAINJOB, name=name, namespace=namespace)).current)
 
     threads = [threading.Thread(target=raiser) for _ in range(16)]
     watch_thread = threading.Thread(target=watcher)
@@ -56,7 +56,7 @@ def test_sixteen_racing_raisers_land_every_raise_exactly_once(client, namespace)
     watch_thread.join()
 
     assert not errors
-    final = client.get(kube.TRAINJOB, name=name, namespace=namespace)
+    final = client.get(paths.TRAINJOB, name=name, namespace=namespace)
     assert raising.counts(final) == raising.Counts(patch=total, floor=total)
     # No lost update: each raise returned a distinct A, and together 1..100.
     assert sorted(r.admission for r in results) == list(range(1, total + 1))
@@ -76,16 +76,16 @@ def test_a_rewritten_lower_or_deleted_patch_does_not_lower_the_next_raise(client
         obj["spec"]["runtimePatches"] = [raising.patch_entry(1)]
         return obj, None
 
-    client.read_modify_write(kube.TRAINJOB, name=name, namespace=namespace, compute=rewrite)
+    client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=rewrite)
     assert adapter.raise_admission(client, namespace=namespace, name=name).admission == 4
 
     def delete(obj):
         obj["spec"]["runtimePatches"] = []
         return obj, None
 
-    client.read_modify_write(kube.TRAINJOB, name=name, namespace=namespace, compute=delete)
+    client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=delete)
     assert adapter.raise_admission(client, namespace=namespace, name=name).admission == 5
-    final = client.get(kube.TRAINJOB, name=name, namespace=namespace)
+    final = client.get(paths.TRAINJOB, name=name, namespace=namespace)
     assert raising.patch_admission(final) == 5
 
 
@@ -94,7 +94,7 @@ def test_open_raises_and_unsuspends_in_one_update_and_a_running_trainjob_is_not_
     name = tj["metadata"]["name"]
     rv = tj["metadata"]["resourceVersion"]
     opened = adapter.open_(client, namespace=namespace, name=name)
-    after = client.get(kube.TRAINJOB, name=name, namespace=namespace)
+    after = client.get(paths.TRAINJOB, name=name, namespace=namespace)
     assert opened.admission == 1 and after["spec"]["suspend"] is False
     # one write: the resourceVersion moved exactly once past the create
     assert int(after["metadata"]["resourceVersion"]) > int(rv)
@@ -103,11 +103,11 @@ def test_open_raises_and_unsuspends_in_one_update_and_a_running_trainjob_is_not_
         adapter.raise_admission(client, namespace=namespace, name=name)
     with pytest.raises(adapter.AdapterError, match="spec.suspend is false"):
         adapter.release(client, namespace=namespace, name=name)
-    assert raising.counts(client.get(kube.TRAINJOB, name=name, namespace=namespace)).current == 1
+    assert raising.counts(client.get(paths.TRAINJOB, name=name, namespace=namespace)).current == 1
 
     assert adapter.hold(client, namespace=namespace, name=name) is True
     assert adapter.hold(client, namespace=namespace, name=name) is False
-    held = client.get(kube.TRAINJOB, name=name, namespace=namespace)
+    held = client.get(paths.TRAINJOB, name=name, namespace=namespace)
     assert held["spec"]["suspend"] is True and raising.counts(held).current == 1
     assert adapter.release(client, namespace=namespace, name=name).admission == 2
 
@@ -130,8 +130,8 @@ def test_status_reports_a_floor_j_r_epoch_and_the_foreign_cause(client, namespac
     st = adapter.status(client, namespace=namespace, name=name)
     assert (st.foreign, st.foreign_cause) == (True, "something reset")
     # the flag never stops anything
-    assert client.get(kube.TRAINJOB, name=name, namespace=namespace)["spec"]["suspend"] is False
-    assert client.get(kube.JOBSET, name=name, namespace=namespace)["metadata"]["uid"] == js["metadata"]["uid"]
+    assert client.get(paths.TRAINJOB, name=name, namespace=namespace)["spec"]["suspend"] is False
+    assert client.get(paths.JOBSET, name=name, namespace=namespace)["metadata"]["uid"] == js["metadata"]["uid"]
 
 
 def test_not_found_is_one_line(client, namespace):
@@ -152,6 +152,6 @@ def test_the_foreign_annotation_keeps_each_cause_once(client, namespace):
     assert not adapter.flag_foreign(client, namespace=namespace, name=name, violation=kit_violation("a"))
     assert adapter.flag_foreign(client, namespace=namespace, name=name, violation=kit_violation("b"))
     assert kit.annotations(client, namespace, name)[names.FOREIGN_ANNOTATION] == "a\nb"
-    events, _ = client.list(kube.EVENT, namespace=namespace, field_selector=f"reason={names.FOREIGN_REASON}")
+    events, _ = client.list(paths.EVENT, namespace=namespace, field_selector=f"reason={names.FOREIGN_REASON}")
     assert sorted(e["message"] for e in events) == ["a", "b"]
     assert all(e["type"] == "Warning" and e["involvedObject"]["kind"] == "TrainJob" for e in events)

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from toolkit import cli, kube, raising, render
+from toolkit import cli, kube, paths, raising, render
 
 pytestmark = pytest.mark.cluster
 
@@ -43,20 +43,20 @@ def _request(tmp_path, *, namespace: str, runtime: str) -> str:
 def test_start_creates_suspended_with_a_zero_and_a_second_start_changes_nothing(control_plane, api_client, namespace, tmp_path):
     admin = kube.from_api_client(api_client)
     rt = f"rt-{uuid.uuid4().hex[:6]}"
-    admin.create(kube.CLUSTER_TRAINING_RUNTIME, _runtime(rt, restart_policy="Never"))
+    admin.create(paths.CLUSTER_TRAINING_RUNTIME, _runtime(rt, restart_policy="Never"))
     req = _request(tmp_path, namespace=namespace, runtime=rt)
     runner = CliRunner()
     env = {"KUBECONFIG": control_plane.kubeconfig}
     first = runner.invoke(cli.root, ["start", req], env=env, catch_exceptions=False)
     assert first.exit_code == 0, first.output
     assert "created" in first.output
-    items, _ = admin.list(kube.TRAINJOB, namespace=namespace)
+    items, _ = admin.list(paths.TRAINJOB, namespace=namespace)
     assert len(items) == 1
     tj = items[0]
     assert tj["spec"]["suspend"] is True and raising.patch_admission(tj) == 0
     second = runner.invoke(cli.root, ["start", req], env=env, catch_exceptions=False)
     assert second.exit_code == 0 and "exists, unchanged" in second.output
-    again = admin.get(kube.TRAINJOB, name=tj["metadata"]["name"], namespace=namespace)
+    again = admin.get(paths.TRAINJOB, name=tj["metadata"]["name"], namespace=namespace)
     assert again["metadata"]["resourceVersion"] == tj["metadata"]["resourceVersion"]
     status = runner.invoke(cli.root, ["status", "-n", namespace, "-o", "json", tj["metadata"]["name"]], env=env)
     assert status.exit_code == 0
@@ -66,9 +66,9 @@ def test_start_creates_suspended_with_a_zero_and_a_second_start_changes_nothing(
 def test_start_refuses_a_runtime_that_restarts_in_place(control_plane, api_client, namespace, tmp_path):
     admin = kube.from_api_client(api_client)
     rt = f"rt-{uuid.uuid4().hex[:6]}"
-    admin.create(kube.CLUSTER_TRAINING_RUNTIME, _runtime(rt, restart_policy=None))
+    admin.create(paths.CLUSTER_TRAINING_RUNTIME, _runtime(rt, restart_policy=None))
     result = CliRunner().invoke(cli.root, ["start", _request(tmp_path, namespace=namespace, runtime=rt)],
                                 env={"KUBECONFIG": control_plane.kubeconfig})
     assert result.exit_code == 1
     assert "restartPolicy" in result.output
-    assert admin.list(kube.TRAINJOB, namespace=namespace)[0] == []
+    assert admin.list(paths.TRAINJOB, namespace=namespace)[0] == []

@@ -96,12 +96,12 @@ class ControllerProcess:
             try:
                 line = json.loads(raw)
             except ValueError:
-                line = {"msg": raw.rstrip(), "raw": True}
+                line = {"message": raw.rstrip(), "raw": True}
             self.lines.append(line)
-            if line.get("msg") == "starting":
+            if line.get("message") == "starting":
                 self.port = int(line["health_port"])
                 self.started.set()
-            if line.get("msg") == "ready":
+            if line.get("message") == "ready":
                 self.ready.set()
 
     def wait_ready(self, timeout: float = 20) -> None:
@@ -148,7 +148,7 @@ def start_controller(controller_kubeconfig, namespace) -> Iterator[Any]:
     for proc in procs:
         proc.stop()
     for proc in procs:
-        errors = [line for line in proc.lines if line.get("level") == "error" and line.get("msg") != "lost the lease, exiting"]
+        errors = [line for line in proc.lines if line.get("level") == "error" and line.get("message") != "lost the lease, exiting"]
         assert not errors, proc.log_tail()
 
 

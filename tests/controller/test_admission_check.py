@@ -10,7 +10,7 @@ import pytest
 
 from tests.adapter import kit
 from tests.controller.conftest import wait_until
-from toolkit import adapter, kube, raising
+from toolkit import adapter, kube, paths, raising
 from toolkit.controller import admission
 
 pytestmark = pytest.mark.cluster
@@ -36,7 +36,7 @@ def _refusals(ctl, namespace, wl):
     """The controller's log lines saying it left this Workload's check Pending."""
     where = f"{namespace}/{wl['metadata']['name']}"
     return [line for line in list(ctl.lines)
-            if line.get("workload") == where and str(line.get("msg", "")).startswith("not raised, check left Pending")]
+            if line.get("workload") == where and str(line.get("message", "")).startswith("not raised, check left Pending")]
 
 
 def test_reserved_and_pending_is_raised_then_ready_and_every_readmission_raises_again(admin, namespace, start_controller):
@@ -48,14 +48,14 @@ def test_reserved_and_pending_is_raised_then_ready_and_every_readmission_raises_
 
     # Active is kept true on our AdmissionCheck.
     wait_until(
-        lambda: admission.condition_true(admin.get(kube.ADMISSION_CHECK, name=check), "Active"), what="Active"
+        lambda: admission.condition_true(admin.get(paths.ADMISSION_CHECK, name=check), "Active"), what="Active"
     )
 
     for expected in (1, 2, 3):
         kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
         entry = _ready(admin, namespace, wl, check)
         assert entry["message"] == f"A raised to {expected}"
-        tj_now = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
+        tj_now = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
         assert raising.counts(tj_now) == raising.Counts(patch=expected, floor=expected)
         assert tj_now["spec"]["suspend"] is True  # Kueue, not us, unsuspends
         # Kueue evicts (preemption): the check goes back to Pending, no raise yet.
@@ -80,10 +80,10 @@ def test_an_evicted_workload_that_still_holds_quota_is_not_approved(admin, names
     kit.kueue_evict(admin, namespace=namespace, name=wl["metadata"]["name"], check=check, keep_quota=True)
     where = f"{namespace}/{wl['metadata']['name']}"
     wait_until(lambda: [x for x in list(ctl.lines) if x.get("workload") == where
-                        and x.get("msg") == "evicted, check left Pending until quota is reserved again"],
+                        and x.get("message") == "evicted, check left Pending until quota is reserved again"],
                what="the controller's eviction line")
     assert _state(admin, namespace, wl, check)["state"] == "Pending"
-    assert raising.counts(admin.get(kube.TRAINJOB, name=name, namespace=namespace)).current == 1
+    assert raising.counts(admin.get(paths.TRAINJOB, name=name, namespace=namespace)).current == 1
     kit.kueue_evict(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     entry = _ready(admin, namespace, wl, check)
@@ -99,12 +99,12 @@ def test_never_ready_without_the_raise(admin, namespace, start_controller):
     # the controller saw the reserved Workload, could not raise, and said so
     refusal = wait_until(lambda: _refusals(ctl, namespace, wl), what="the controller's refusal")[0]
     assert refusal["level"] == "warning"
-    assert refusal["msg"] == (
+    assert refusal["message"] == (
         f"not raised, check left Pending: TrainJob {tj['metadata']['name']}: "
         "spec.suspend is false; A is only raised while the TrainJob is suspended"
     )
     assert _state(admin, namespace, wl, check)["state"] == "Pending"
-    assert raising.counts(admin.get(kube.TRAINJOB, name=tj["metadata"]["name"], namespace=namespace)).current == 0
+    assert raising.counts(admin.get(paths.TRAINJOB, name=tj["metadata"]["name"], namespace=namespace)).current == 0
     kit.set_suspend(admin, namespace, tj["metadata"]["name"], True)
     entry = _ready(admin, namespace, wl, check, timeout=10)
     assert entry["message"] == "A raised to 1"
@@ -124,7 +124,7 @@ def test_a_crash_after_the_raise_does_not_raise_twice(admin, namespace, start_co
     start_controller()
     entry = _ready(admin, namespace, wl, check)
     assert entry["message"] == "A raised to 1"
-    assert raising.counts(admin.get(kube.TRAINJOB, name=name, namespace=namespace)).current == 1
+    assert raising.counts(admin.get(paths.TRAINJOB, name=name, namespace=namespace)).current == 1
 
 
 def test_a_crash_after_the_raise_then_a_changed_workload_raises_again(admin, namespace, start_controller):
@@ -146,7 +146,7 @@ def test_a_crash_after_the_raise_then_a_changed_workload_raises_again(admin, nam
     start_controller()
     entry = _ready(admin, namespace, wl, check)
     assert entry["message"] == "A raised to 2"
-    after = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
+    after = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
     assert raising.counts(after) == raising.Counts(patch=2, floor=2)
     assert after["metadata"]["annotations"][adapter.RAISED_FOR_ANNOTATION] == admission.marker(second)
 
@@ -165,7 +165,7 @@ def test_two_controllers_without_leader_election_still_raise_before_every_ready(
             kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
         for tj, wl in zip(jobs, workloads):
             entry = _ready(admin, namespace, wl, check)
-            a = raising.counts(admin.get(kube.TRAINJOB, name=tj["metadata"]["name"], namespace=namespace)).current
+            a = raising.counts(admin.get(paths.TRAINJOB, name=tj["metadata"]["name"], namespace=namespace)).current
             approved = int(entry["message"].rsplit(" ", 1)[1])
             assert approved > last[tj["metadata"]["name"]] and a >= approved
             last[tj["metadata"]["name"]] = a

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from tests.controller.conftest import wait_until
-from toolkit import kube
+from toolkit import kube, paths
 from toolkit.controller import informer
 
 pytestmark = pytest.mark.cluster
 
-POD_TEMPLATE = kube.Resource("", "v1", "podtemplates", "PodTemplate")
+POD_TEMPLATE = paths.Resource("", "v1", "podtemplates", "PodTemplate")
 
 
 class Recorder:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.adapter import kit
 from tests.controller.conftest import wait_until
-from toolkit import kube
+from toolkit import kube, paths
 
 pytestmark = pytest.mark.cluster
 
@@ -35,7 +35,7 @@ def _touch(admin: kube.Client, *, namespace: str, name: str, value: str) -> None
     def compute(wl):
         wl["metadata"].setdefault("annotations", {})["test/touch"] = value
         return wl, None
-    admin.read_modify_write(kube.WORKLOAD, name=name, namespace=namespace, compute=compute)
+    admin.read_modify_write(paths.WORKLOAD, name=name, namespace=namespace, compute=compute)
 
 
 def _check(admin: kube.Client) -> str:
@@ -77,7 +77,7 @@ def test_one_clock_per_waiting_workload_from_its_first_sight_to_ready(admin, nam
     kit.kueue_evict(admin, namespace=namespace, name=wl, check=check)
     kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
     wait_until(lambda: _metric(ctl, "dispatch_workloads_awaiting_ready") == 1, what="waiting again")
-    admin.delete(kube.WORKLOAD, name=wl, namespace=namespace)
+    admin.delete(paths.WORKLOAD, name=wl, namespace=namespace)
     wait_until(lambda: _metric(ctl, "dispatch_workloads_awaiting_ready") == 0, what="dropped on delete")
     assert _metric(ctl, "dispatch_check_ready_seconds_count") == 1
 
@@ -104,17 +104,17 @@ def test_a_thousand_workloads_created_and_deleted_leave_no_clock_behind(admin, n
             "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "node", "count": 1}]},
             "admissionChecks": [{"name": check, "state": "Pending", "message": "", "lastTransitionTime": kit.now()}],
         }
-        admin.replace(kube.WORKLOAD, created, subresource="status")
+        admin.replace(paths.WORKLOAD, created, subresource="status")
         if i % 2:
-            admin.merge_patch(kube.WORKLOAD, {"metadata": {"annotations": {"test/touch": "1"}}},
+            admin.merge_patch(paths.WORKLOAD, {"metadata": {"annotations": {"test/touch": "1"}}},
                               name=wl, namespace=namespace)
-        admin.delete(kube.WORKLOAD, name=wl, namespace=namespace)
+        admin.delete(paths.WORKLOAD, name=wl, namespace=namespace)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(one, range(COUNT)))
     made = time.monotonic() - started
     wait_until(lambda: _metric(ctl, "dispatch_workloads_awaiting_ready") == 0, what="every clock dropped", timeout=30)
-    left, _ = admin.list(kube.WORKLOAD, namespace=namespace)
+    left, _ = admin.list(paths.WORKLOAD, namespace=namespace)
     assert left == []
     print(f"{COUNT} Workloads created, reserved and deleted in {made:.1f}s; "
           f"{_metric(ctl, 'dispatch_check_ready_seconds_count'):.0f} approved on the way")

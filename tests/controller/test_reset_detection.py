@@ -10,7 +10,7 @@ import pytest
 from tests.adapter import kit
 from tests.controller.conftest import wait_until
 from sidecar import report
-from toolkit import adapter, kube, names
+from toolkit import adapter, names, paths
 
 pytestmark = pytest.mark.cluster
 
@@ -20,7 +20,7 @@ def _foreign(admin, namespace, name):
 
 
 def _warnings(admin, namespace, name):
-    events, _ = admin.list(kube.EVENT, namespace=namespace, field_selector=f"reason={names.FOREIGN_REASON}")
+    events, _ = admin.list(paths.EVENT, namespace=namespace, field_selector=f"reason={names.FOREIGN_REASON}")
     return [e["message"] for e in events if e["involvedObject"]["name"] == name]
 
 
@@ -33,16 +33,16 @@ def test_a_recreated_jobset_is_flagged_with_the_exact_cause_and_nothing_is_stopp
     wait_until(lambda: kit.annotations(admin, namespace, name).get(names.JOBSET_UID_ANNOTATION) == first["metadata"]["uid"],
                what="recorded uid")
     assert _foreign(admin, namespace, name) is None
-    admin.delete(kube.JOBSET, name=name, namespace=namespace)
+    admin.delete(paths.JOBSET, name=name, namespace=namespace)
     second = kit.create_jobset(admin, tj)
     cause = f"JobSet UID {second['metadata']['uid']} is not the recorded {first['metadata']['uid']}: J may have been reset"
     assert wait_until(lambda: _foreign(admin, namespace, name), what="foreign") == cause
     assert wait_until(lambda: _warnings(admin, namespace, name), what="event") == [cause]
     # the recorded UID stays the first one, and nothing was stopped or removed
-    after = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
+    after = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
     assert after["metadata"]["annotations"][names.JOBSET_UID_ANNOTATION] == first["metadata"]["uid"]
     assert after["spec"]["suspend"] is False
-    assert admin.get(kube.JOBSET, name=name, namespace=namespace)["metadata"]["uid"] == second["metadata"]["uid"]
+    assert admin.get(paths.JOBSET, name=name, namespace=namespace)["metadata"]["uid"] == second["metadata"]["uid"]
 
 
 def test_pods_without_the_annotation_or_below_the_floor_are_flagged_and_left_running(admin, namespace, start_controller):
@@ -65,22 +65,22 @@ def test_pods_without_the_annotation_or_below_the_floor_are_flagged_and_left_run
     wait_until(lambda: set((_foreign(admin, namespace, name) or "").split("\n")) == expected, what="both flagged")
     assert set(wait_until(lambda: len(_warnings(admin, namespace, name)) == 2 and _warnings(admin, namespace, name))) == expected
     for pod in (ok, missing, below):
-        live = admin.get(kube.POD, name=pod["metadata"]["name"], namespace=namespace)
+        live = admin.get(paths.POD, name=pod["metadata"]["name"], namespace=namespace)
         assert not live["metadata"].get("deletionTimestamp")
-    assert admin.get(kube.TRAINJOB, name=name, namespace=namespace)["spec"]["suspend"] is False
+    assert admin.get(paths.TRAINJOB, name=name, namespace=namespace)["spec"]["suspend"] is False
 
 
 def _sidecar_report(admin, *, trainjob, pod: str, message: str) -> dict:
     """A report as the sidecar words and posts it (sidecar.report.event); the
     training container holds the same token, so anything here can be forged."""
     namespace = trainjob["metadata"]["namespace"]
-    return admin.create(kube.EVENT, report.event(namespace=namespace, trainjob=trainjob, pod=pod, message=message),
+    return admin.create(paths.EVENT, report.event(namespace=namespace, trainjob=trainjob, pod=pod, message=message),
                         namespace=namespace)
 
 
 def _unconfirmed(ctl, namespace, name):
     return [line for line in list(ctl.lines)
-            if line.get("msg") == "sidecar report unconfirmed" and line.get("trainjob") == f"{namespace}/{name}"]
+            if line.get("message") == "sidecar report unconfirmed" and line.get("trainjob") == f"{namespace}/{name}"]
 
 
 def test_a_forged_report_on_a_healthy_trainjob_flags_nothing_and_is_logged_unconfirmed(admin, namespace, start_controller):
@@ -97,7 +97,7 @@ def test_a_forged_report_on_a_healthy_trainjob_flags_nothing_and_is_logged_uncon
     for _ in range(3):
         adapter.raise_admission(admin, namespace=namespace, name=other["metadata"]["name"])
     elsewhere = kit.create_pod(admin, namespace=namespace, trainjob=other["metadata"]["name"], admission="1")
-    tj = admin.get(kube.TRAINJOB, name=name, namespace=namespace)
+    tj = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
     forged = {
         healthy: f"below-floor: pod {healthy} has admission 0, below the floor 1: A may have been lowered",
         "no-such-pod": "missing-admission: pod no-such-pod has no annotation dispatch.phpboyscout.uk/admission: "
@@ -133,7 +133,7 @@ def test_a_real_violation_reported_by_the_sidecar_is_flagged_with_its_claim_alon
     below = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1")["metadata"]["name"]
     detail = f"pod {below} has admission 1, below the floor 3: A may have been lowered"
     claim = f"below-floor: {detail} [seen by the sidecar of pod={below} admission='1' floor='3']"
-    _sidecar_report(admin, trainjob=admin.get(kube.TRAINJOB, name=name, namespace=namespace), pod=below, message=claim)
+    _sidecar_report(admin, trainjob=admin.get(paths.TRAINJOB, name=name, namespace=namespace), pod=below, message=claim)
     confirmed = f"{detail} (confirmed by the controller; the sidecar reported: {claim})"
     # The controller's own pod check flags the plain cause; the report adds
     # its line, with the sidecar's words kept beside the confirmed cause.
@@ -142,7 +142,7 @@ def test_a_real_violation_reported_by_the_sidecar_is_flagged_with_its_claim_alon
     # The same cause reported again (another pod's sidecar, or a flood of
     # forged claims about it): counted, no new line and no new Event.
     for i in range(3):
-        _sidecar_report(admin, trainjob=admin.get(kube.TRAINJOB, name=name, namespace=namespace), pod=below,
+        _sidecar_report(admin, trainjob=admin.get(paths.TRAINJOB, name=name, namespace=namespace), pod=below,
                         message=f"below-floor: {detail} [again {i}]")
     wait_until(lambda: 'dispatch_sidecar_reports_total{outcome="confirmed"} 4.0' in ctl.get("/metrics")[1],
                what="four confirmed reports")
@@ -157,12 +157,12 @@ def test_a_reported_jobset_reset_is_confirmed_from_the_jobset_itself(admin, name
     adapter.open_(admin, namespace=namespace, name=name)
     first = kit.create_jobset(admin, tj)
     adapter.record_jobset_uid(admin, namespace=namespace, name=name, uid=first["metadata"]["uid"])
-    admin.delete(kube.JOBSET, name=name, namespace=namespace)
+    admin.delete(paths.JOBSET, name=name, namespace=namespace)
     second = kit.create_jobset(admin, tj)
     cause = f"JobSet UID {second['metadata']['uid']} is not the recorded {first['metadata']['uid']}: J may have been reset"
     pod = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1")["metadata"]["name"]
     claim = f"jobset-uid: {cause} [seen by the sidecar of pod={pod}]"
-    _sidecar_report(admin, trainjob=admin.get(kube.TRAINJOB, name=name, namespace=namespace), pod=pod, message=claim)
+    _sidecar_report(admin, trainjob=admin.get(paths.TRAINJOB, name=name, namespace=namespace), pod=pod, message=claim)
     start_controller()
     confirmed = f"{cause} (confirmed by the controller; the sidecar reported: {claim})"
     assert wait_until(lambda: set((_foreign(admin, namespace, name) or "").split("\n")) == {cause, confirmed},
@@ -172,7 +172,7 @@ def test_a_reported_jobset_reset_is_confirmed_from_the_jobset_itself(admin, name
 def test_a_trainjob_that_is_not_ours_is_not_judged(admin, namespace, start_controller):
     body = kit.trainjob_body("stranger")
     body["spec"].pop("runtimePatches")
-    tj = admin.create(kube.TRAINJOB, body, namespace=namespace)
+    tj = admin.create(paths.TRAINJOB, body, namespace=namespace)
     start_controller()
     kit.create_pod(admin, namespace=namespace, trainjob="stranger", admission=None)
     kit.create_jobset(admin, tj)

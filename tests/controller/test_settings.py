@@ -69,7 +69,7 @@ def _listening(port: int) -> list[str]:
 def test_the_health_server_binds_the_health_host(start_controller: Any, extra: list[str], expected: str) -> None:
     ctl = start_controller(extra=extra)
     assert ctl.get("/healthz")[0] == 200
-    starting = next(line for line in ctl.lines if line.get("msg") == "starting")
+    starting = next(line for line in ctl.lines if line.get("message") == "starting")
     assert starting["health_host"] == expected
     assert _listening(ctl.port) == [expected]
 
@@ -104,11 +104,11 @@ def test_the_controller_talks_to_the_context_it_is_given_not_the_current_one(
     try:
         if chosen == "live":
             ctl.wait_ready()
-            assert not [line for line in ctl.lines if "list/watch failed" in str(line.get("msg"))]
+            assert not [line for line in ctl.lines if "list/watch failed" in str(line.get("message"))]
         else:
             port = dead_server.rsplit(":", 1)[1]
-            wait_until(lambda: [line for line in list(ctl.lines) if "list/watch failed" in str(line.get("msg"))
-                                and f"port={port}" in str(line.get("msg"))], what="the dead server refused")
+            wait_until(lambda: [line for line in list(ctl.lines) if "list/watch failed" in str(line.get("message"))
+                                and f"port={port}" in str(line.get("message"))], what="the dead server refused")
             assert not ctl.ready.is_set()
             assert ctl.get("/readyz")[0] == 503
     finally:

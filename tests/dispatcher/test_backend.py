@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import email.utils
 import logging
 import time
 from collections.abc import Iterator
@@ -19,16 +18,6 @@ from tests.refbackend import proc
 def ref() -> Iterator[proc.Backend]:
     with proc.Backend() as b:
         yield b
-
-
-def test_retry_after_reads_seconds_and_http_dates_and_ignores_garbage() -> None:
-    now = 1_900_000_000.0
-    assert backend.retry_after("7", now=now) == 7
-    assert backend.retry_after(email.utils.formatdate(now + 30, usegmt=True), now=now) == 30
-    assert backend.retry_after(email.utils.formatdate(now - 30, usegmt=True), now=now) == 0
-    assert backend.retry_after("999999", now=now) == backend.MAX_RETRY_AFTER
-    for garbage in (None, "", "soon", "-5", "1.5e9", "Wed, 99 Foo 2030"):
-        assert backend.retry_after(garbage, now=now) is None
 
 
 def test_a_429_with_retry_after_reaches_the_caller_for_claims_and_reports(ref: proc.Backend) -> None:

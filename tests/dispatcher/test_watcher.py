@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from dispatcher import backoff, kube, watcher
+from dispatcher import kube, watcher
+from toolkit import backoff
 
 
 def job(name: str, rv: str) -> dict[str, Any]:

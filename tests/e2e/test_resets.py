@@ -27,7 +27,7 @@ import pytest
 
 from devcluster import scenario as flow, stack as stack_mod
 from devcluster.scenario import Scenario
-from toolkit import adapter, kube, names, raising
+from toolkit import adapter, names, paths, raising
 
 
 E2E_KUEUE = True  # read by the stack fixture: Kueue and our controller run too
@@ -45,7 +45,7 @@ def _rewrite_patch(scenario: Scenario, admission: int) -> None:
         patches = [p for p in trainjob["spec"].get("runtimePatches") or [] if p.get("manager") != names.PATCH_MANAGER]
         trainjob["spec"]["runtimePatches"] = [*patches, raising.patch_entry(admission)]
         return trainjob, None
-    scenario.client.read_modify_write(kube.TRAINJOB, name=scenario.name, namespace=scenario.namespace,
+    scenario.client.read_modify_write(paths.TRAINJOB, name=scenario.name, namespace=scenario.namespace,
                                       compute=compute)
 
 
@@ -98,7 +98,7 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
     def unsuspend(trainjob: dict) -> tuple[dict, None]:
         trainjob["spec"]["suspend"] = False
         return trainjob, None
-    scenario.client.read_modify_write(kube.TRAINJOB, name=scenario.name, namespace=scenario.namespace,
+    scenario.client.read_modify_write(paths.TRAINJOB, name=scenario.name, namespace=scenario.namespace,
                                       compute=unsuspend)
     below = scenario.new_running_pods()
     assert all(p["metadata"]["annotations"][names.ADMISSION_ANNOTATION] == "1" for p in below)
@@ -131,6 +131,6 @@ def _run_sidecar(scenario: Scenario, pod: dict) -> dict:
     ran = scenario.run_sidecar(pod)
     assert ran.exit_code == 0, ran.stderr  # a violation is reported, never an exit status
     lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
-    verdicts = [line for line in lines if line.get("msg") == "verdict"]
+    verdicts = [line for line in lines if line.get("message") == "verdict"]
     assert verdicts, ran.stderr
     return verdicts[-1]

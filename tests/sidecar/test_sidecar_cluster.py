@@ -81,12 +81,12 @@ class Sidecar:
         """Read lines until `count` lines with this msg have been seen in all."""
         assert self.proc.stderr is not None
         deadline = time.monotonic() + timeout
-        while sum(1 for line in self.lines if line["msg"] == msg) < count:
+        while sum(1 for line in self.lines if line["message"] == msg) < count:
             assert time.monotonic() < deadline, f"no {count} x {msg!r} in {self.lines}"
             raw = self.proc.stderr.readline()
             assert raw, f"sidecar ended ({self.proc.wait()}) before {count} x {msg!r}: {self.lines}"
             self.lines.append(json.loads(raw))
-        return [line for line in self.lines if line["msg"] == msg]
+        return [line for line in self.lines if line["message"] == msg]
 
     def finish(self, *, timeout: float = 10) -> int:
         assert self.proc.stderr is not None
@@ -217,8 +217,8 @@ def test_verdict_event_and_request_count(setup: Setup, tmp_path: pathlib.Path, c
     finally:
         sidecar.kill()
 
-    verdicts = [line for line in sidecar.lines if line["msg"] == "verdict"]
-    requests = [line for line in sidecar.lines if line["msg"] == "request"]
+    verdicts = [line for line in sidecar.lines if line["message"] == "verdict"]
+    requests = [line for line in sidecar.lines if line["message"] == "request"]
     reads = 1 if uid_label is not None else 2
     assert [v["reads"] for v in verdicts] == [reads, reads]
     assert [v["verdict"] for v in verdicts] == ["ok" if rule is None else "violation"] * 2
@@ -235,7 +235,7 @@ def test_verdict_event_and_request_count(setup: Setup, tmp_path: pathlib.Path, c
         assert gets[0].endswith(f"/namespaces/{setup.namespace}/trainjobs/{name}"), sent
         assert posts == ([f"/api/v1/namespaces/{setup.namespace}/events"] if rule is not None and n == 1 else []), sent
         assert len(sent) == len(gets) + len(posts), sent
-    assert len([line for line in sidecar.lines if line["msg"] == "violation"]) == (0 if rule is None else 2)
+    assert len([line for line in sidecar.lines if line["message"] == "violation"]) == (0 if rule is None else 2)
 
     events = setup.events(name)
     if rule is None:
@@ -305,13 +305,13 @@ def test_survives_the_apiserver_going_away_and_coming_back(setup: Setup, control
         assert time.monotonic() - started < 2
     finally:
         sidecar.kill()
-    failed = [line for line in sidecar.lines if line["msg"] == "check failed"]
+    failed = [line for line in sidecar.lines if line["message"] == "check failed"]
     errors = {f["error"] for f in failed}
     # Also seen: 403 for a moment after the restart, until the new apiserver's
     # RBAC informer has synced; a 403 is retried like the rest, and recovers.
     assert any("Connection refused" in e for e in errors), errors
-    assert [line["verdict"] for line in sidecar.lines if line["msg"] == "verdict"][-1] == "ok"
-    assert sidecar.lines[-1]["msg"] == "stop"
+    assert [line["verdict"] for line in sidecar.lines if line["message"] == "verdict"][-1] == "ok"
+    assert sidecar.lines[-1]["message"] == "stop"
     assert sidecar.lines[-1]["reason"] == "SIGTERM"
 
 
@@ -336,7 +336,7 @@ def test_the_test_kubeconfig_path_runs_the_sidecar(control_plane: Plane, namespa
                 assert sidecar.finish(timeout=30) == 0
             finally:
                 sidecar.kill()
-            (verdict,) = [line for line in sidecar.lines if line["msg"] == "verdict"]
+            (verdict,) = [line for line in sidecar.lines if line["message"] == "verdict"]
             assert (verdict["verdict"], verdict["rules"], verdict["reads"], verdict["events"]) == (
                 "violation", ["below-floor"], 1, 1)
             (event,) = setup.events(name)

@@ -46,7 +46,7 @@ def client() -> Iterator[docker.DockerClient]:
 def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
     context = tmp_path_factory.mktemp("sidecar-context")
     (context / "toolkit").mkdir()
-    for name in ("__init__.py", "names.py", "detect.py"):
+    for name in ("__init__.py", "names.py", "detect.py", "paths.py", "backoff.py", "jsonlog.py", "envparse.py"):
         shutil.copy(REPO / "toolkit" / name, context / "toolkit" / name)
     shutil.copytree(REPO / "sidecar", context / "sidecar", ignore=shutil.ignore_patterns("__pycache__"))
     return containers.build_on_python_base(client, context=context, tag=IMAGE,
@@ -74,10 +74,10 @@ class Lines:
 
     def wait_for(self, msg: str, *, count: int, timeout: float) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
-        while sum(1 for line in self.lines if line["msg"] == msg) < count:
+        while sum(1 for line in self.lines if line["message"] == msg) < count:
             assert time.monotonic() < deadline, f"no {count} x {msg!r} in {self.lines}"
             assert self._next() is not None, f"the container ended before {count} x {msg!r}: {self.lines}"
-        return [line for line in self.lines if line["msg"] == msg]
+        return [line for line in self.lines if line["message"] == msg]
 
     def drain(self) -> None:
         while self._next() is not None:
@@ -128,7 +128,7 @@ def test_runs_read_only_against_the_apiserver_and_stops_on_sigterm(
         lines.drain()
     finally:
         container.remove(force=True)
-    assert lines.lines[-1]["msg"] == "stop"
+    assert lines.lines[-1]["message"] == "stop"
     assert lines.lines[-1]["reason"] == "SIGTERM"
     (event,) = setup.events(name)
     assert event.message.startswith("below-floor: pod ")

@@ -47,7 +47,7 @@ def read_until(proc: subprocess.Popen[str], msg: str) -> list[dict[str, object]]
         raw = proc.stderr.readline()
         assert raw, f"ended before {msg!r}: {lines}"
         lines.append(json.loads(raw))
-        if lines[-1]["msg"] == msg:
+        if lines[-1]["message"] == msg:
             return lines
 
 
@@ -71,7 +71,7 @@ def test_a_stop_signal_exits_0_promptly_while_backing_off(tmp_path: pathlib.Path
         assert time.monotonic() - sent < 1
         assert proc.stderr is not None
         last = json.loads(proc.stderr.read().splitlines()[-1])
-        assert (last["msg"], last["reason"]) == ("stop", signal.Signals(signo).name)
+        assert (last["message"], last["reason"]) == ("stop", signal.Signals(signo).name)
     finally:
         stop(proc)
 
@@ -84,7 +84,7 @@ def test_sighup_rechecks_at_once(tmp_path: pathlib.Path) -> None:
         proc.send_signal(signal.SIGHUP)
         lines = read_until(proc, "check failed")
         assert time.monotonic() - sent < 2
-        assert [line["msg"] for line in lines] == ["re-check on SIGHUP", "request", "check failed"]
+        assert [line["message"] for line in lines] == ["re-check on SIGHUP", "request", "check failed"]
         assert lines[1]["n"] == 2
     finally:
         stop(proc)
@@ -116,10 +116,12 @@ def test_bad_settings_exit_2_with_one_line(tmp_path: pathlib.Path) -> None:
 
 def test_imports_stay_standard_library_only() -> None:
     # The sidecar pays for every import in every pod: no kubernetes client, no
-    # YAML, and of the toolkit only names and detect (so toolkit/__init__.py
-    # must stay import-free).
+    # YAML, no logging package, and of the toolkit only names, detect and the
+    # standard-library core the three processes share (paths, backoff,
+    # jsonlog, envparse; so toolkit/__init__.py must stay import-free).
     code = ("import sys, sidecar.main; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "{'toolkit', 'kubernetes', 'yaml', 'urllib3', 'click', 'docker', 'typing'}))")
+            "{'toolkit', 'kubernetes', 'yaml', 'urllib3', 'click', 'docker', 'typing', 'logging'}))")
     done = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "['toolkit', 'toolkit.detect', 'toolkit.names']"
+    assert done.stdout.strip() == ("['toolkit', 'toolkit.backoff', 'toolkit.detect', 'toolkit.envparse', "
+                                   "'toolkit.jsonlog', 'toolkit.names', 'toolkit.paths']")

@@ -153,7 +153,7 @@ def read_until(proc: subprocess.Popen[str], msg: str, *, count: int, timeout: fl
     assert proc.stderr is not None
     lines: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
-    while sum(1 for line in lines if line["msg"] == msg) < count:
+    while sum(1 for line in lines if line["message"] == msg) < count:
         assert time.monotonic() < deadline, f"no {count} x {msg!r} in {lines}"
         raw = proc.stderr.readline()
         assert raw, f"the sidecar ended ({proc.wait()}) before {count} x {msg!r}: {lines}"
@@ -189,20 +189,20 @@ def test_a_transient_answer_is_logged_and_retried_after_retry_after(
         finally:
             cleanup(proc)
 
-    failed = [line for line in lines if line["msg"] == "check failed"]
+    failed = [line for line in lines if line["message"] == "check failed"]
     assert len(failed) == 1, lines
     assert f"{status} GET {TRAINJOB_PATH}: try again in {RETRY_AFTER}s" in failed[0]["error"]
     assert RETRY_AFTER <= failed[0]["retry_in_seconds"] < RETRY_AFTER * 1.5
-    requests = [line for line in lines if line["msg"] == "request"]
+    requests = [line for line in lines if line["message"] == "request"]
     assert [r["status"] for r in requests[:2]] == [status, 200]
     # Measured where it counts: when the retry reached the server.
     (first, _, answered, at), (second, _, _, again) = server.seen[:2]
     assert (first, second, answered) == ("GET", "GET", status)
     assert again - at >= RETRY_AFTER
     assert again - at < RETRY_AFTER * 1.5 + 2  # the jitter, plus the time to start a check on a busy machine
-    verdicts = [line for line in lines if line["msg"] == "verdict"]
+    verdicts = [line for line in lines if line["message"] == "verdict"]
     assert [v["verdict"] for v in verdicts] == ["ok", "ok"]
-    assert (lines_after[-1]["msg"], lines_after[-1]["reason"]) == ("stop", "SIGTERM")
+    assert (lines_after[-1]["message"], lines_after[-1]["reason"]) == ("stop", "SIGTERM")
 
 
 def test_a_failed_event_post_is_retried_and_the_event_sent_once(
@@ -223,6 +223,6 @@ def test_a_failed_event_post_is_retried_and_the_event_sent_once(
     (event,) = server.events
     assert event["reason"] == names.SIDECAR_VIOLATION_REASON
     assert event["message"].startswith("below-floor: ")
-    verdicts = [line for line in lines if line["msg"] == "verdict"]
+    verdicts = [line for line in lines if line["message"] == "verdict"]
     assert [(v["verdict"], v["events"]) for v in verdicts] == [("violation", 1), ("violation", 0)]
-    assert [line["msg"] for line in lines].count("check failed") == 1
+    assert [line["message"] for line in lines].count("check failed") == 1

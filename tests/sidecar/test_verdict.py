@@ -1,5 +1,5 @@
 """The verdict for one pod (pure): every rule of DESIGN.md §7 and the ok case,
-the Event message, the Event body and the backoff schedule."""
+the Event message and the Event body (the backoff schedule: tests/toolkit/test_core.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from sidecar import check, main, report
+from sidecar import check, report
 from toolkit import detect, names
 
 OK = check.Seen(pod="tj-node-0-0-abc", admission="3", restart="1", floor="3", recorded_uid="uid-1",
@@ -87,22 +87,3 @@ def test_reported_once_per_distinct_violation() -> None:
     reported.add(first)
     assert not reported.is_new(detect.Violation("below-floor", "pod p has admission 2, below the floor 3"))
     assert reported.is_new(detect.Violation("below-floor", "pod p has admission 2, below the floor 4"))
-
-
-@pytest.mark.parametrize(("failures", "fraction", "retry_after", "seconds"), [
-    (1, 0.0, None, 0.5),
-    (1, 0.999, None, 0.9995),
-    (2, 0.0, None, 1.0),
-    (4, 0.0, None, 4.0),
-    (7, 0.0, None, 30.0),     # capped at 60, lower half
-    (100, 0.0, None, 30.0),   # no overflow
-    (1, 0.0, 20.0, 20.0),     # Retry-After wins when longer
-    (1, 0.5, 20.0, 25.0),     # ... jittered upwards, never below it
-    (1, 0.999, 20.0, 29.99),  # ... by less than half
-    (5, 0.0, 1.0, 8.0),       # the backoff wins when longer
-    (1, 0.0, 500.0, 60.0),    # Retry-After is capped too
-    (1, 0.999, 50.0, 60.0),   # ... with its jitter
-])
-def test_backoff(failures: int, fraction: float, retry_after: float | None, seconds: float) -> None:
-    got = main.backoff(failures, base=1.0, ceiling=60.0, retry_after=retry_after, fraction=fraction)
-    assert got == pytest.approx(seconds)

@@ -44,7 +44,7 @@ import datetime
 import logging
 from typing import Any
 
-from toolkit import adapter, kube, names
+from toolkit import adapter, kube, names, paths
 
 Obj = dict[str, Any]
 
@@ -132,7 +132,7 @@ def reconcile_workload(
     """One pass over one Workload, from a fresh read (never the cache: a
     stale Pending must not cause a raise for an admission already approved)."""
     try:
-        workload = client.get(kube.WORKLOAD, name=name, namespace=namespace)
+        workload = client.get(paths.WORKLOAD, name=name, namespace=namespace)
     except kube.NotFound:
         return Outcome("skipped")
     trainjob = owner_trainjob(workload)
@@ -163,7 +163,7 @@ def reconcile_workload(
         log.warning("not raised, check left Pending: %s", exc, extra={"workload": f"{namespace}/{name}"})
         return Outcome("refused")
     try:
-        client.replace(kube.WORKLOAD, with_check_ready(workload, checks=checks, admission=raised.admission), subresource="status")
+        client.replace(paths.WORKLOAD, with_check_ready(workload, checks=checks, admission=raised.admission), subresource="status")
     except (kube.Conflict, kube.NotFound):
         # The Workload moved on; the next pass decides from a fresh read.
         return Outcome("stale", raised.admission, raised.conflicts, raised.written)
@@ -191,7 +191,7 @@ def ensure_active(client: kube.Client, check: Obj) -> bool:
     body = dict(check)
     body["status"] = {**(check.get("status") or {}), "conditions": conditions}
     try:
-        client.replace(kube.ADMISSION_CHECK, body, subresource="status")
+        client.replace(paths.ADMISSION_CHECK, body, subresource="status")
     except kube.Conflict:
         return False
     return True

@@ -28,7 +28,6 @@ the CLI's options; one table and one parser for both (`settings`).
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import sys
@@ -36,11 +35,12 @@ import threading
 import time
 from typing import Any
 
-from toolkit import kube, names
+from toolkit import jsonlog, kube, names, paths
 from toolkit.controller import admission, detector, health, informer, queue
 from toolkit.controller import settings as settings_mod
 
 log = logging.getLogger("toolkit.controller")
+COMPONENT = "dispatch-controller"
 
 
 # The settings live in their own module (one table, one parser); these
@@ -51,20 +51,11 @@ env_var = settings_mod.env_var
 
 
 class JsonFormatter(logging.Formatter):
-    _STD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+    """The record all three processes write (toolkit.jsonlog); `extra` values are its fields,
+    and a failure keeps its whole traceback (the controller's operators debug from these lines)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "component": "dispatch-controller",
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        out.update({k: v for k, v in vars(record).items() if k not in self._STD})
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+        return jsonlog.line(jsonlog.from_log_record(record, component=COMPONENT, traceback=True))
 
 
 def setup_logging() -> None:
@@ -102,11 +93,11 @@ class Controller:
             client, res, handler=handler, namespace=ns if res.namespaced else None, stop=self.stop, **kw
         )
         self.informers = [
-            mk(kube.ADMISSION_CHECK, self._on_check),
-            mk(kube.WORKLOAD, self._on_workload),
-            mk(kube.JOBSET, self._on_jobset),
-            mk(kube.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL),
-            mk(kube.EVENT, self._on_event, field_selector=f"reason={names.SIDECAR_VIOLATION_REASON}"),
+            mk(paths.ADMISSION_CHECK, self._on_check),
+            mk(paths.WORKLOAD, self._on_workload),
+            mk(paths.JOBSET, self._on_jobset),
+            mk(paths.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL),
+            mk(paths.EVENT, self._on_event, field_selector=f"reason={names.SIDECAR_VIOLATION_REASON}"),
         ]
         self.threads: list[threading.Thread] = []
 

@@ -36,7 +36,7 @@ import logging
 import re
 from typing import Any
 
-from toolkit import adapter, detect, kube, names, raising
+from toolkit import adapter, detect, kube, names, paths, raising
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class Detector:
 
     def _trainjob(self, namespace: str, name: str) -> Obj | None:
         try:
-            trainjob = self.client.get(kube.TRAINJOB, name=name, namespace=namespace)
+            trainjob = self.client.get(paths.TRAINJOB, name=name, namespace=namespace)
         except kube.NotFound:
             return None
         return trainjob if is_ours(trainjob) else None
@@ -183,7 +183,7 @@ class Detector:
             return False
         return self._flag(namespace=meta["namespace"], name=name, violation=violation)
 
-    def _one(self, res: kube.Resource, *, namespace: str, name: str) -> Obj | None:
+    def _one(self, res: paths.Resource, *, namespace: str, name: str) -> Obj | None:
         """A fresh read by name. A list with a name selector, not a get: the
         controller's Role lists and watches pods and JobSets, never gets them."""
         items, _ = self.client.list(res, namespace=namespace, field_selector=f"metadata.name={name}")
@@ -206,8 +206,8 @@ class Detector:
             return False  # a report about an earlier TrainJob of the same name
         claim = claim_text(event)
         pod_name = claimed_pod(event)
-        pod = self._one(kube.POD, namespace=namespace, name=pod_name) if pod_name else None
-        jobset = self._one(kube.JOBSET, namespace=namespace, name=name)
+        pod = self._one(paths.POD, namespace=namespace, name=pod_name) if pod_name else None
+        jobset = self._one(paths.JOBSET, namespace=namespace, name=name)
         found = confirmed(trainjob=trainjob, pod=pod, jobset=jobset)
         rule = claimed_rule(claim)
         matching = [v for v in found if v.rule == rule]

@@ -11,7 +11,8 @@ it cannot serve custom resources returned as dicts; and nothing outside
   the last resourceVersion seen (bookmarks included);
 - a 410 Gone relists, and objects that vanished in between are delivered as
   DELETED so handlers never miss a deletion;
-- any other error backs off (bounded) and retries; handlers' exceptions are
+- any other error backs off (toolkit.backoff: exponential, jittered, at
+  most 10 s) and retries; handlers' exceptions are
   logged, never kill the loop.
 
 `run(max_rounds=...)` bounds the loop for tests (each list or watch
@@ -25,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from toolkit import kube
+from toolkit import backoff, kube, paths
 
 Obj = dict[str, Any]
 Handler = Callable[[str, Obj], None]
@@ -43,7 +44,7 @@ class Informer:
     def __init__(
         self,
         client: kube.Client,
-        resource: kube.Resource,
+        resource: paths.Resource,
         *,
         handler: Handler,
         namespace: str | None = None,
@@ -127,7 +128,7 @@ class Informer:
                 return
 
     def run(self, *, max_rounds: int | None = None) -> None:
-        backoff = 0.2
+        pause = backoff.Backoff(base=0.2, cap=10.0)
         rounds = 0
         while not self.stop.is_set() and (max_rounds is None or rounds < max_rounds):
             rounds += 1
@@ -138,7 +139,7 @@ class Informer:
                     self._relist()
                 else:
                     self._watch()
-                backoff = 0.2
+                pause.reset()
             except kube.Gone:
                 log.info("watch expired, relisting", extra={"resource": self.resource.plural})
                 self._rv = None
@@ -147,8 +148,7 @@ class Informer:
                     "list/watch failed: %s", exc, extra={"resource": self.resource.plural}
                 )
                 self._rv = None
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+                self.stop.wait(pause.next_delay())
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.run, name=f"informer-{self.resource.plural}", daemon=True)

@@ -17,7 +17,8 @@ default. renew_deadline and retry_period, unless set, follow the lease
 duration. The kubeconfig path, unset here, falls back to $KUBECONFIG and
 then the in-cluster ServiceAccount (`kube.load`).
 
-Pure: the standard library only, no Kubernetes I/O.
+Pure: the standard library only, no Kubernetes I/O. The whole-number and
+boolean readings are the ones all three processes share (toolkit.envparse).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit import names
+from toolkit import envparse, names
 
 CONTROLLER_NAME = f"{names.DOMAIN}/admission-check"
 ENV_PREFIX = "DISPATCH_CONTROLLER_"
@@ -37,7 +38,6 @@ ENV_PREFIX = "DISPATCH_CONTROLLER_"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*")
-BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
 class SettingsError(ValueError):
@@ -80,7 +80,7 @@ class Spec:
             assert self.bounds is not None
             return f"expected a whole number from {self.bounds[0]} to {self.bounds[1]}"
         return {
-            "bool": f"expected one of {', '.join(sorted(BOOLS))}",
+            "bool": f"expected one of {', '.join(sorted(envparse.BOOLS))}",
             "dns-label": "expected a DNS-1123 label (lowercase letters, digits and '-', at most 63)",
             "dns-subdomain": "expected a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253)",
             "host": "expected an IP address or a host name",
@@ -117,16 +117,17 @@ def parse(spec: Spec, raw: str, *, source: str) -> Any:
     if spec.kind == "int":
         assert spec.bounds is not None
         low, high = spec.bounds
-        if not text.isascii() or not text.isdigit():
-            raise SettingsError(f"{source}={raw!r}: {spec.expected}")
-        value = int(text)
-        if not low <= value <= high:
-            raise SettingsError(f"{source}={value}: {spec.expected}")
-        return value
+        try:
+            return envparse.whole(text, low=low, high=high)
+        except envparse.Malformed:
+            raise SettingsError(f"{source}={raw!r}: {spec.expected}") from None
+        except envparse.OutOfRange as e:
+            raise SettingsError(f"{source}={e.value}: {spec.expected}") from None
     if spec.kind == "bool":
-        if text.lower() not in BOOLS:
-            raise SettingsError(f"{source}={raw!r}: {spec.expected}")
-        return BOOLS[text.lower()]
+        try:
+            return envparse.boolean(text.lower())
+        except envparse.Malformed:
+            raise SettingsError(f"{source}={raw!r}: {spec.expected}") from None
     ok = {
         "dns-label": lambda: bool(_DNS_LABEL.fullmatch(raw)),
         "dns-subdomain": lambda: len(raw) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(raw)),

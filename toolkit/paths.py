@@ -1,0 +1,63 @@
+"""The REST paths of the Kubernetes kinds the project reads and writes: one
+copy for the toolkit's client, the controller and the sidecar.
+
+A `Resource` is the group, version and plural of a kind; `path` turns it,
+a namespace, a name and a subresource into the URL path the apiserver
+serves. Every segment is percent-quoted, so a value read from a pod's files
+(the sidecar's namespace and name) can never add a segment of its own; a
+valid Kubernetes name quotes to itself.
+
+Standard library only, and no I/O: the sidecar imports this, and it pays
+for every import in every training pod (tests/sidecar/test_sidecar_process.py
+holds its import graph to that).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import urllib.parse
+
+from toolkit import names
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    group: str  # "" for the core API
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, *, namespace: str | None = None, name: str | None = None, sub: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{_segment(namespace)}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{_segment(name)}"
+        if sub:
+            base += f"/{_segment(sub)}"
+        return base
+
+
+def _segment(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+TRAINJOB = Resource(names.TRAINER_GROUP, names.TRAINER_VERSION, "trainjobs", "TrainJob")
+TRAINING_RUNTIME = Resource(names.TRAINER_GROUP, names.TRAINER_VERSION, "trainingruntimes", "TrainingRuntime")
+CLUSTER_TRAINING_RUNTIME = Resource(
+    names.TRAINER_GROUP, names.TRAINER_VERSION, "clustertrainingruntimes", "ClusterTrainingRuntime", False
+)
+JOBSET = Resource(names.JOBSET_GROUP, names.JOBSET_VERSION, "jobsets", "JobSet")
+# Kueue v0.19 serves v1beta1 (deprecated) and v1beta2 (the storage version).
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+WORKLOAD = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload")
+ADMISSION_CHECK = Resource(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", "AdmissionCheck", False)
+POD = Resource("", "v1", "pods", "Pod")
+EVENT = Resource("", "v1", "events", "Event")
