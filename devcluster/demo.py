@@ -47,10 +47,10 @@ from typing import Any
 
 import kubernetes.client
 
+from controller import admission
 from devcluster import execute, harness, local, runqueue, scenario, stack as stack_mod
 from dispatcher import jobspec
 from toolkit import adapter, names, render, runtime_check
-from toolkit.controller import admission
 
 _T0 = time.monotonic()
 

@@ -5,6 +5,10 @@ Layers, lowest first (a module imports only from layers below it):
                                                                   sidecar share: standard library only
   identity, detect, request, wrap, render, runtime_check          pure logic
   kube                                                            the one module that owns the kubernetes client
-  adapter, controller                                             operations and the long-running controller
+  adapter                                                         the operations
   cli                                                             click shell: parse, call, print
+
+The long-running processes are packages beside this one, built on it:
+controller/, dispatcher/ and sidecar/ (`toolkit controller` starts the
+controller).
 """

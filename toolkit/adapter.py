@@ -30,7 +30,7 @@ from toolkit import detect, kube, names, paths, raising
 Obj = dict[str, Any]
 
 # Which Workload admission the last raise was for: "<workload uid>/<resourceVersion>"
-# (see toolkit.controller.admission for why that pair).
+# (see controller.admission for why that pair).
 RAISED_FOR_ANNOTATION = f"{names.DOMAIN}/raised-for"
 COMPONENT = "dispatch-adapter"
 

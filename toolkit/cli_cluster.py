@@ -173,10 +173,10 @@ def status_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: s
 
 def _controller_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The controller's options, one for each row of the settings table
-    (toolkit/controller/settings.py). They pass their raw text on, and the
+    (controller/settings.py). They pass their raw text on, and the
     table's parser reads it exactly as it reads the environment: no click
     type or `envvar=` here, so there is one rule book, not two."""
-    from toolkit.controller import settings
+    from controller import settings
 
     for spec in reversed(settings.TABLE):
         text = spec.help_text
@@ -201,7 +201,7 @@ def controller_cmd(**options: Any) -> None:
     Example:
       toolkit controller --kubeconfig ~/.kube/config --context dev --health-port 8081
     """
-    from toolkit.controller import app
+    from controller import app
 
     try:
         settings = app.Settings.from_env(**options)

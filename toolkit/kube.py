@@ -15,7 +15,7 @@ What it guarantees:
   body it computed from the stale read.
 - Updates are preconditioned: `replace` sends the body's resourceVersion,
   which the apiserver compares, so a blind write is impossible through it.
-- A watch that ends is the caller's to restart (`toolkit.controller.informer`
+- A watch that ends is the caller's to restart (`controller.informer`
   does), and a 410 Gone surfaces as `Gone` so the caller relists.
 """
 

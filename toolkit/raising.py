@@ -20,7 +20,7 @@ Invariants this module keeps:
 
 `record` is an optional marker of what the raise was for (the Kueue
 controller writes the Workload admission it raised for, see
-`toolkit.controller.admission`). It goes in the same update as the raise.
+`controller.admission`). It goes in the same update as the raise.
 """
 
 from __future__ import annotations

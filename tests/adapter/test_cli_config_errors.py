@@ -20,7 +20,7 @@ TOOLKIT = str(pathlib.Path(sys.executable).parent / "toolkit")
     [
         [TOOLKIT, "status", "some-job", "--kubeconfig", "/nonexistent/kubeconfig"],
         [TOOLKIT, "open", "some-job", "--kubeconfig", "/nonexistent/kubeconfig"],
-        [sys.executable, "-m", "toolkit.controller", "--kubeconfig", "/nonexistent/kubeconfig"],
+        [sys.executable, "-m", "controller", "--kubeconfig", "/nonexistent/kubeconfig"],
     ],
     ids=["status", "open", "controller"],
 )

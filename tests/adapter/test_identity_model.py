@@ -29,8 +29,8 @@ import hypothesis
 import hypothesis.stateful as stateful
 import hypothesis.strategies as st
 
+from controller import detector
 from toolkit import adapter, detect, kube, names, paths, raising
-from toolkit.controller import detector
 
 
 class Store(kube.Client):

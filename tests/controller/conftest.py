@@ -4,7 +4,7 @@
 deployments/k8s/base/controller/rbac.yaml to a fresh ServiceAccount in the
 test's namespace and mints its token, so every controller test is also a
 test that those rules are enough. `start_controller` runs
-`python -m toolkit.controller` as a subprocess and waits for its ready line.
+`python -m controller` as a subprocess and waits for its ready line.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def controller_kubeconfig(control_plane, namespace, admin) -> str:
 class ControllerProcess:
     def __init__(self, *, kubeconfig: str, namespace: str, leader_elect: bool, extra: list[str]) -> None:
         argv = [
-            sys.executable, "-m", "toolkit.controller",
+            sys.executable, "-m", "controller",
             "--kubeconfig", kubeconfig,
             "--namespace", namespace,
             "--lease-namespace", namespace,

@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
+from controller import admission
 from tests.adapter import kit
 from tests.controller.conftest import wait_until
 from toolkit import adapter, kube, paths, raising
-from toolkit.controller import admission
 
 pytestmark = pytest.mark.cluster
 

@@ -95,7 +95,7 @@ def test_the_image_runs_non_root_with_its_whole_import_graph(client: docker.Dock
     assert client.images.get(image).attrs["Config"]["User"] == "65532:65532"
     out = client.containers.run(
         image,
-        ["-c", "import toolkit.controller.app, kubernetes, prometheus_client; "
+        ["-c", "import controller.app, kubernetes, prometheus_client; "
          "from toolkit import prologue; print(kubernetes.__version__, len(prologue.text()) > 0)"],
         entrypoint=["python3"], network_mode="none", read_only=True, remove=True,
     )

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from controller import informer
 from tests.controller.conftest import wait_until
 from toolkit import kube, paths
-from toolkit.controller import informer
 
 pytestmark = pytest.mark.cluster
 

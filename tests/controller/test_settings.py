@@ -16,9 +16,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from controller import app
 from tests.controller.conftest import ControllerProcess, wait_until
 from toolkit import cli_cluster
-from toolkit.controller import app
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -125,7 +125,7 @@ def test_a_context_the_kubeconfig_lacks_is_one_line_naming_it(tmp_path: pathlib.
     }))
     env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_") and k != "KUBECONFIG"}
     # A process with a deadline: a controller that ignored the context would run, not refuse.
-    proc = subprocess.run([sys.executable, "-m", "toolkit.controller", "--kubeconfig", str(kubeconfig),
+    proc = subprocess.run([sys.executable, "-m", "controller", "--kubeconfig", str(kubeconfig),
                            "--context", "nope", "--health-port", "0"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
     assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr

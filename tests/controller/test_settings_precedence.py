@@ -1,5 +1,5 @@
 """The controller's settings: CLI option > environment > default, one table
-and one parser for both (`toolkit.controller.settings`), and a value it
+and one parser for both (`controller.settings`), and a value it
 cannot run with is one line naming the variable or the option and the bound
 (exit 2), never a traceback. Every variable is tested through the option and
 through the environment, and the two must agree on every value."""
@@ -14,8 +14,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from controller import admission, app, settings
 from toolkit import cli_cluster
-from toolkit.controller import admission, app, settings
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -83,7 +83,7 @@ def test_a_value_the_controller_cannot_run_with_names_its_variable(env, message)
 
 def _controller(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_") and k != "KUBECONFIG"}
-    return subprocess.run([sys.executable, "-m", "toolkit.controller", "--kubeconfig", "/nonexistent", *args],
+    return subprocess.run([sys.executable, "-m", "controller", "--kubeconfig", "/nonexistent", *args],
                           cwd=REPO, env={**base, **env}, capture_output=True, text=True, timeout=60)
 
 

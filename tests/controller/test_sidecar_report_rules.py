@@ -4,9 +4,9 @@ real control plane is tests/controller/test_reset_detection.py)."""
 
 from __future__ import annotations
 
+from controller import detector
 from sidecar import check, report
 from toolkit import detect, names
-from toolkit.controller import detector
 
 TRAINJOB = {
     "apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}", "kind": "TrainJob",

@@ -23,9 +23,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from controller import admission
 from devcluster import harness, local, scenario
 from devcluster import stack as stack_mod
-from toolkit.controller import admission
 
 
 _live: list[stack_mod.Stack] = []

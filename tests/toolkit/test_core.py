@@ -17,10 +17,10 @@ import sys
 
 import pytest
 
+from controller import app
 from dispatcher import logs
 from sidecar import report
 from toolkit import backoff, envparse, jsonlog, paths
-from toolkit.controller import app
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -36,10 +36,10 @@ import time
 from typing import Any
 
 from toolkit import jsonlog, kube, names, paths
-from toolkit.controller import admission, detector, health, informer, queue
-from toolkit.controller import settings as settings_mod
+from controller import admission, detector, health, informer, queue
+from controller import settings as settings_mod
 
-log = logging.getLogger("toolkit.controller")
+log = logging.getLogger("controller")
 COMPONENT = "dispatch-controller"
 
 

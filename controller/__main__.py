@@ -1,4 +1,4 @@
-"""`python -m toolkit.controller`: the controller command without the CLI root
+"""`python -m controller`: the controller command without the CLI root
 (the container's entry point and the tests' subprocess)."""
 
 from toolkit import cli_cluster
