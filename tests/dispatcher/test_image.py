@@ -33,6 +33,9 @@ def client() -> Iterator[docker.DockerClient]:
 def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
     context = tmp_path_factory.mktemp("dispatcher-context")
     shutil.copytree(REPO / "dispatcher", context / "dispatcher", ignore=shutil.ignore_patterns("__pycache__"))
+    (context / "toolkit").mkdir()
+    for name in ("__init__.py", "names.py", "paths.py", "backoff.py", "jsonlog.py", "envparse.py"):
+        shutil.copy(REPO / "toolkit" / name, context / "toolkit" / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(context / "wheels"),
                     "kubernetes==37.0.2", "urllib3==2.8.0"], check=True, capture_output=True, timeout=600)
     return containers.build_on_python_base(client, context=context, tag=IMAGE,
