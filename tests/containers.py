@@ -3,14 +3,23 @@ podman's Docker-compatible service (DESIGN.md §10). scripts/run-tests.sh
 sources scripts/podman-service.sh, which sets DOCKER_HOST; without it, or
 without the local Python base (scripts/build-images.sh), a test fails, never
 skips.
+
+A container that runs to its end is run by `run_to_end`, never by the SDK's
+attached `containers.run`: that follows the log stream until the engine
+closes it, and podman's service sometimes never closes it for a container
+that exits at once (seen: a test blocked in the stream for its whole
+600 s timeout, the container long gone). `run_to_end` starts it detached,
+waits for its exit with a bound, and reads the finished log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pathlib
 from collections.abc import Iterator
+from typing import Any
 
 import docker
 import docker.errors
@@ -43,3 +52,22 @@ def build_on_python_base(c: docker.DockerClient, *, context: pathlib.Path, conta
     c.images.build(path=str(context), dockerfile="Containerfile", tag=tag, buildargs={"BASE": PYTHON_BASE},
                    rm=True, network_mode="none")
     return tag
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+
+def run_to_end(c: docker.DockerClient, image: str, command: list[str] | None = None, *, timeout: float = 120,
+               **kwargs: Any) -> Ended:
+    """Run IMAGE (with COMMAND) detached until it exits, at most TIMEOUT seconds; its exit code and
+    its output. The container is removed on every path."""
+    container = c.containers.run(image, command, detach=True, **kwargs)
+    try:
+        code = container.wait(timeout=timeout)["StatusCode"]
+        return Ended(code, container.logs(stdout=True, stderr=False), container.logs(stdout=False, stderr=True))
+    finally:
+        container.remove(force=True)

@@ -46,8 +46,7 @@ def client() -> Iterator[docker.DockerClient]:
             c.images.get(IMAGE)
         except docker.errors.ImageNotFound:
             pytest.fail(f"{IMAGE} is missing: run scripts/build-images.sh (make images)")
-        # A digest, not the file: the service's log of a fast container can come back cut short.
-        shipped = c.containers.run(IMAGE, ["sha256sum", MODULE], network_mode="none", remove=True).decode().split()[0]
+        shipped = containers.run_to_end(c, IMAGE, ["sha256sum", MODULE], network_mode="none").stdout.decode().split()[0]
         if shipped != hashlib.sha256((kit.REPO / "toolkit" / "checkpoint.py").read_bytes()).hexdigest():
             pytest.fail(f"{IMAGE} carries an older toolkit/checkpoint.py: run scripts/build-images.sh (make images)")
         yield c

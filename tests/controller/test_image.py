@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import docker
-import docker.errors
 import pytest
 import yaml
 
@@ -75,31 +74,25 @@ def run_as_shipped(client: docker.DockerClient, image: str, *extra_args: str) ->
         "read_only": bool(security.get("readOnlyRootFilesystem")),
         "cap_drop": (security.get("capabilities") or {}).get("drop"),
         "security_opt": [] if security.get("allowPrivilegeEscalation", True) else ["no-new-privileges"],
-        "stdout": False,
-        "stderr": True,
-        "remove": True,
     }
     if user is not None:
         kwargs["user"] = f"{user}:{user}"
     if container.get("command"):  # Kubernetes' command replaces the ENTRYPOINT
         kwargs["entrypoint"] = container["command"]
     args = [*(container.get("args") or []), *extra_args]
-    try:
-        out = client.containers.run(image, args, **kwargs)
-    except docker.errors.ContainerError as exc:
-        return exc.exit_status, (exc.stderr or b"").decode()
-    return 0, out.decode()
+    ran = containers.run_to_end(client, image, args, **kwargs)
+    return ran.exit_code, ran.stderr.decode()
 
 
 def test_the_image_runs_non_root_with_its_whole_import_graph(client: docker.DockerClient, image: str) -> None:
     assert client.images.get(image).attrs["Config"]["User"] == "65532:65532"
-    out = client.containers.run(
-        image,
+    ran = containers.run_to_end(
+        client, image,
         ["-c", "import controller.app, kubernetes, prometheus_client; "
          "from toolkit import prologue; print(kubernetes.__version__, len(prologue.text()) > 0)"],
-        entrypoint=["python3"], network_mode="none", read_only=True, remove=True,
+        entrypoint=["python3"], network_mode="none", read_only=True,
     )
-    assert out.decode().strip() == "37.0.2 True"
+    assert (ran.exit_code, ran.stdout.decode().strip()) == (0, "37.0.2 True"), ran.stderr
 
 
 def test_started_as_the_deployment_starts_it_the_controller_refuses_a_missing_config_in_one_line(

@@ -48,29 +48,16 @@ def entry(*command: str) -> list[str]:
 def test_the_busybox_image_runs_the_prologue_as_pid_1_through_the_docker_api(
     client: docker.DockerClient,
 ) -> None:
-    out = client.containers.run(
-        BUSYBOX,
-        entry("sh", "-c", 'echo "pid=$$ $DISPATCH_EPOCH $DISPATCH_ATTEMPT"'),
-        environment=ENV,
-        network_mode="none",
-        remove=True,
-    )
-    assert out.decode() == "pid=1 1000003000003 job-9.3.0.2.1\n"
+    ran = containers.run_to_end(client, BUSYBOX, entry("sh", "-c", 'echo "pid=$$ $DISPATCH_EPOCH $DISPATCH_ATTEMPT"'),
+                                environment=ENV, network_mode="none")
+    assert (ran.exit_code, ran.stdout) == (0, b"pid=1 1000003000003 job-9.3.0.2.1\n")
 
 
 def test_a_refusal_reaches_the_docker_api_as_exit_125_with_its_one_line(client: docker.DockerClient) -> None:
-    with pytest.raises(docker.errors.ContainerError) as caught:
-        client.containers.run(
-            BUSYBOX,
-            entry("sh", "-c", "echo ran"),
-            environment={**ENV, "DISPATCH_K8S_ADMISSION": "010"},
-            network_mode="none",
-            remove=True,
-            stdout=False,
-            stderr=True,
-        )
-    assert caught.value.exit_status == 125
-    stderr = caught.value.stderr.decode()
+    ran = containers.run_to_end(client, BUSYBOX, entry("sh", "-c", "echo ran"),
+                                environment={**ENV, "DISPATCH_K8S_ADMISSION": "010"}, network_mode="none")
+    assert (ran.exit_code, ran.stdout) == (125, b"")
+    stderr = ran.stderr.decode()
     assert stderr.startswith("dispatch: DISPATCH_K8S_ADMISSION ") and stderr.count("\n") == 1
 
 
@@ -94,5 +81,5 @@ def test_the_sample_trainer_runs_as_a_non_root_user_that_can_write_its_checkpoin
     # Shell built-ins only: the alpine flavour's busybox has neither touch nor id.
     script = (': > /work/checkpoints/probe && '
               'while read -r key uid _; do if [ "$key" = Uid: ]; then echo "$uid"; fi; done < /proc/self/status')
-    out = client.containers.run(image, ["/bin/sh", "-c", script], network_mode="none", remove=True)
-    assert out.decode().split() == ["65532"]
+    ran = containers.run_to_end(client, image, ["/bin/sh", "-c", script], network_mode="none")
+    assert (ran.exit_code, ran.stdout.decode().split()) == (0, ["65532"]), ran.stderr
