@@ -16,8 +16,23 @@
    delete the Job, unreported; the backend offers the still-claimed run again
 
 One thread owns the state (this loop); the watcher thread and the worker
-pool only put results on `self.inbox`. Every I/O step (create, report, reap)
-runs on the pool so a slow apiserver or backend never stalls the bookkeeping.
+pool only put results on `self.inbox`. Every I/O step (claim, create, report,
+reap) runs on the pool so a slow apiserver or backend never stalls the
+bookkeeping.
+
+Pipelining: up to `max_claims` claims are in flight at once (one after a
+claim that failed or found nothing, one more after each that brought a run),
+each counted
+against the cap before it is sent (`ledger.free() - claiming`), so the cap
+holds whatever they answer. A claim's answer comes back here, where the slot
+is reserved and the create submitted; the creates of different runs overlap
+on the pool (a run's own Job and Secret stay in order: the Secret needs the
+Job's uid). The backend's claim is atomic, but a run may still be offered
+twice at once (its lease ran out while its first claim was being answered):
+an answer for a run whose create is in hand is dropped, and one for a known
+Job only confirms its Secret; the Job's name, a function of the run id, makes
+a second Job impossible anyway (AlreadyExists). Reaps that are due go out
+together (`reaper.reap_many`: one label-scoped, paged list per batch).
 SIGTERM stops claiming; the loop waits for the work in hand, then returns 0.
 `run(max_ticks=...)` bounds the loop for tests.
 """
@@ -40,6 +55,11 @@ from dispatcher import backend, backoff, jobspec, kube, ledger, logs, names, rea
 log = logging.getLogger("dispatcher")
 
 CREATE_RETRY_SECONDS = 60.0
+# Claims in flight at once: a share of the workers, so claims never take every worker from the creates.
+CLAIM_SHARE = 2
+# A reap waits this long for others to go out with it (one list for the batch); its pods are already
+# dead (their driver failed or its Job is gone), and they hold nothing a run is waiting for.
+REAP_GATHER_SECONDS = 0.5
 MAX_REPORT_ATTEMPTS = 30
 # How often the Pending driver pods are checked against the start deadline: a quarter of it,
 # within these bounds (one filtered pod list per check).
@@ -90,6 +110,12 @@ class Dispatcher:
         self.checks: dict[str, Pending] = {}
         self.creating: set[str] = set()  # Job names whose create is in hand here
         self.in_hand = 0
+        self.claiming = 0  # claims sent and not yet answered (each holds a slot)
+        self.max_claims = max(1, config.workers // CLAIM_SHARE)
+        # Claims that may be in flight now: one after a claim that failed or found nothing (so a
+        # Retry-After or an empty queue is met by one request, not a volley), one more after each
+        # that brought a run, up to max_claims.
+        self.claim_window = 1
         self.synced = False
         self.next_claim = 0.0
         self.claim_backoff = backoff.Backoff(base=0.2, cap=30.0)
@@ -123,7 +149,7 @@ class Dispatcher:
                     self._claim()
                     self._check_starts()
                 self._start_due(self.reports, self._report)
-                self._start_due(self.reaps, self._reap)
+                self._start_reaps()
                 self._start_due(self.checks, self._check_secret)
         finally:
             self.watch_stop.set()
@@ -136,10 +162,9 @@ class Dispatcher:
     def _wait(self) -> float:
         now = time.monotonic()
         dues = [p.due for p in (*self.reports.values(), *self.reaps.values(), *self.checks.values()) if not p.busy]
-        # A claim is due only with a free slot AND a free worker (see _claim); counting it while every
-        # worker is busy would make this wait 0 and the loop spin until a worker comes back.
-        if (self.synced and not self.stopping.is_set() and self.ledger.free() > 0
-                and self.in_hand < self.config.workers):
+        # A claim is due only when one may be sent (see _may_claim); counting it while every worker is
+        # busy would make this wait 0 and the loop spin until a worker comes back.
+        if self._may_claim():
             dues.append(self.next_claim)
         if self.synced and not self.start_check_busy and self.ledger.unfinished() > 0:
             dues.append(self.next_start_check)
@@ -188,7 +213,8 @@ class Dispatcher:
             log.info("driver job ended without finishing" if change.kind == "vanished" else "driver job failed",
                      extra=logs.fields(job=change.name, job_id=change.job_id, unfinished=self.ledger.unfinished()))
             self.reports.setdefault(change.name, Pending(change.kind, change.name, change.job_id, change.job))
-            self.reaps.setdefault(change.name, Pending(change.kind, change.name, change.job_id, change.job))
+            self.reaps.setdefault(change.name, Pending(change.kind, change.name, change.job_id, change.job,
+                                                       due=now + REAP_GATHER_SECONDS))
 
     def _submit(self, fn: Any, callback: Any, *args: Any) -> None:
         self.in_hand += 1
@@ -197,42 +223,63 @@ class Dispatcher:
 
     # -- claim and create ---------------------------------------------------
 
+    def _may_claim(self) -> bool:
+        # A free slot not already held by a claim in flight, a free worker (a claim waiting in a queue
+        # is latency, and a slow apiserver must not pile up claims), and room in the claim pipeline.
+        return (self.synced and not self.stopping.is_set() and self.ledger.free() - self.claiming > 0
+                and self.in_hand < self.config.workers and self.claiming < self.claim_window)
+
     def _claim(self) -> None:
-        # Claim only when a worker is free: a claim waiting in a queue is latency, and a slow
-        # apiserver must not pile up claims.
-        while self.ledger.free() > 0 and self.in_hand < self.config.workers:
-            now = time.monotonic()
-            if now < self.next_claim or self.stopping.is_set():
-                return
-            try:
-                claim = self.backend.claim()
-            except backend.BackendError as e:
-                delay = max(self.claim_backoff.next_delay(), e.retry_after or 0.0)
-                log.warning("claim failed; retrying", extra=logs.fields(error=str(e), retry_in=round(delay, 2)))
-                self.next_claim = now + delay
-                return
-            except backend.BackendRefused as e:
-                delay = max(5.0, self.claim_backoff.next_delay())
-                log.error("claim refused by the backend", extra=logs.fields(error=str(e), retry_in=round(delay, 2)))
-                self.next_claim = now + delay
-                return
-            self.claim_backoff.reset()
-            if claim is None:
-                self.next_claim = now + self.config.poll_interval
-                return
-            name = jobspec.job_name(claim.job_id)
-            entry = self.ledger.get(name)
-            if entry is not None and entry.expired:
-                # Its Job is being deleted (it never started, or never had its Secret): the claim goes
-                # unused and the backend offers the run again after its lease, to a Job made afresh.
-                log.info("claim offered again for a job being deleted; left for the backend to offer again",
-                         extra=logs.fields(job=name, job_id=claim.job_id))
-                continue
-            fresh = self.ledger.reserve(name=name, job_id=claim.job_id, now=now)
-            self.tokens[name] = claim.token
-            uid = "" if fresh or entry is None else entry.uid
-            self.creating.add(name)
-            self._submit(self._create, self._created, claim, name, uid, now)
+        while self._may_claim() and time.monotonic() >= self.next_claim:
+            self.claiming += 1
+            self._submit(self.backend.claim, self._claimed)
+
+    def _claimed(self, future: concurrent.futures.Future[Any]) -> None:
+        """A claim's answer: reserve the slot and submit the create (also while stopping: the run is ours)."""
+        self.claiming -= 1
+        now = time.monotonic()
+        self.claim_window = 1
+        try:
+            claim = future.result()
+        except backend.BackendError as e:
+            delay = max(self.claim_backoff.next_delay(), e.retry_after or 0.0)
+            log.warning("claim failed; retrying", extra=logs.fields(error=str(e), retry_in=round(delay, 2)))
+            self.next_claim = max(self.next_claim, now + delay)
+            return
+        except backend.BackendRefused as e:
+            delay = max(5.0, self.claim_backoff.next_delay())
+            log.error("claim refused by the backend", extra=logs.fields(error=str(e), retry_in=round(delay, 2)))
+            self.next_claim = max(self.next_claim, now + delay)
+            return
+        except Exception as e:  # a bug in one claim must not stop the loop
+            delay = max(1.0, self.claim_backoff.next_delay())
+            log.error("claim crashed", extra=logs.fields(error=repr(e), retry_in=round(delay, 2)))
+            self.next_claim = max(self.next_claim, now + delay)
+            return
+        if claim is None:
+            self.next_claim = max(self.next_claim, now + self.config.poll_interval)
+            return
+        self.claim_backoff.reset()
+        self.claim_window = min(self.max_claims, self.claiming + 2)
+        name = jobspec.job_name(claim.job_id)
+        entry = self.ledger.get(name)
+        if entry is not None and entry.expired:
+            # Its Job is being deleted (it never started, or never had its Secret): the claim goes
+            # unused and the backend offers the run again after its lease, to a Job made afresh.
+            log.info("claim offered again for a job being deleted; left for the backend to offer again",
+                     extra=logs.fields(job=name, job_id=claim.job_id))
+            return
+        if name in self.creating:
+            # Offered twice at once (its lease ran out while the first claim was answered): the create
+            # in hand serves both.
+            log.info("claim offered again while its job is being created; left to that create",
+                     extra=logs.fields(job=name, job_id=claim.job_id))
+            return
+        fresh = self.ledger.reserve(name=name, job_id=claim.job_id, now=now)
+        self.tokens[name] = claim.token
+        uid = "" if fresh or entry is None else entry.uid
+        self.creating.add(name)
+        self._submit(self._create, self._created, claim, name, uid, now)
 
     def _create(self, claim: backend.Claim, name: str, uid: str, claimed_at: float) -> tuple[Any, ...]:
         """Create the Job (unless known) and its Secret; AlreadyExists means already dispatched."""
@@ -425,13 +472,42 @@ class Dispatcher:
             pending.busy = True
             self._submit(fn, lambda f, p=pending, t=table: self._after(f, p, t), pending)
 
+    def _start_reaps(self) -> None:
+        """The reaps that are due, `reaper.BATCH` to a task (one list per namespace for all of them)."""
+        now = time.monotonic()
+        if self.stopping.is_set():
+            return
+        idle = [p for p in self.reaps.values() if not p.busy]
+        if not any(p.due <= now for p in idle):
+            return
+        # The first one due takes along every other queued within the gather window (not a retry waiting
+        # out its backoff): one list for all of them.
+        due = [p for p in idle if p.due <= now + REAP_GATHER_SECONDS]
+        for i in range(0, len(due), reaper.BATCH):
+            batch = due[i:i + reaper.BATCH]
+            for pending in batch:
+                pending.busy = True
+            self._submit(self._reap, lambda f, b=batch: self._reaped(f, b), batch)
+
+    def _reaped(self, future: concurrent.futures.Future[Any], batch: list[Pending]) -> None:
+        try:
+            done = bool(future.result())
+        except Exception as e:  # a bug in one reap must not stop the loop
+            log.error("reap step crashed", extra=logs.fields(jobs=[p.name for p in batch], error=repr(e)))
+            done = False
+        for pending in batch:
+            self._settle(pending, self.reaps, done=done)
+
     def _after(self, future: concurrent.futures.Future[Any], pending: Pending, table: dict[str, Pending]) -> None:
-        pending.busy = False
         try:
             done = future.result()
         except Exception as e:  # a bug in one report must not stop the loop
             log.error("report/reap step crashed", extra=logs.fields(job=pending.name, error=repr(e)))
             done = False
+        self._settle(pending, table, done=bool(done))
+
+    def _settle(self, pending: Pending, table: dict[str, Pending], *, done: bool) -> None:
+        pending.busy = False
         pending.attempts += 1
         if done and table is self.checks:
             self._checked(pending)
@@ -515,18 +591,20 @@ class Dispatcher:
                      extra=extra)
         return True
 
-    def _reap(self, pending: Pending) -> bool:
-        if pending.kind == "refused":
+    def _reap(self, batch: list[Pending]) -> bool:
+        runs = {p.job_id: p.name for p in batch if p.kind != "refused"}  # a refused run never had a Job
+        if not runs:
             return True
         namespaces = tuple(dict.fromkeys((self.config.namespace, self.config.sandbox_namespace)))
         try:
-            deleted = reaper.reap(self.kube, namespaces=namespaces, job_id=pending.job_id, driver_job=pending.name)
+            deleted = reaper.reap_many(self.kube, namespaces=namespaces, runs=runs)
         except (kube.ApiError, kube.Unavailable) as e:
             log.warning("sandbox reap failed; retrying next tick",
-                        extra=logs.fields(job=pending.name, job_id=pending.job_id, error=str(e)))
+                        extra=logs.fields(jobs=sorted(runs.values()), error=str(e)))
             return False
-        if deleted:
-            log.info("sandbox pods reaped", extra=logs.fields(job=pending.name, job_id=pending.job_id, pods=deleted))
+        for job_id, pods in deleted.items():
+            if pods:
+                log.info("sandbox pods reaped", extra=logs.fields(job=runs[job_id], job_id=job_id, pods=pods))
         return True
 
 
@@ -546,8 +624,12 @@ def main(environ: dict[str, str] | None = None) -> int:
     api = backend.Backend(url=config.backend_url, service_token=config.service_token,
                           timeout=config.backend_timeout, pool_size=config.workers + 2)
     dispatcher = Dispatcher(config, client=client, api=api)
-    signal.signal(signal.SIGTERM, lambda signum, frame: dispatcher.stop())
-    signal.signal(signal.SIGINT, lambda signum, frame: dispatcher.stop())
+    # The handler only sets the flag: it runs on the main thread between two bytecodes, maybe while
+    # that thread holds the inbox's lock, and putting on the inbox from there would wait for that lock
+    # for ever (a SIGTERM that hung the process, seen once claims went through the inbox). The loop
+    # never waits longer than a second, so it sees the flag within one.
+    signal.signal(signal.SIGTERM, lambda signum, frame: dispatcher.stopping.set())
+    signal.signal(signal.SIGINT, lambda signum, frame: dispatcher.stopping.set())
     try:
         return dispatcher.run()
     finally:

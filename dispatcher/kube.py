@@ -1,9 +1,21 @@
 """The one module that speaks to the Kubernetes API (raw JSON, no models).
 
-Everything else handles plain dicts. Requests go through the kubernetes
-client's typed methods with `_preload_content=False` and are parsed with
-`json.loads`: the generated models cost more CPU than the whole rest of a
-dispatch, and the dispatcher needs none of their checks.
+Everything else handles plain dicts. The calls made for every run (create a
+Job, create a Secret, list pods, get and delete) go out through `_rest`: the
+kubernetes client's own connection pool (its TLS and proxy settings) and its
+own credentials (`get_api_key_with_prefix`, which refreshes an in-cluster or
+exec token as the client does), but no generated method: those validate each
+argument with pydantic and walk the body to serialize it, about a third of
+the dispatcher's CPU per request. The rarer calls (list and watch Jobs,
+Events, logs) use the typed methods with `_preload_content=False`; every
+answer is parsed with `json.loads`, never into models.
+
+Connections are reused: every answer's body is read to its end (also when it
+is not needed), so its connection goes back to the pool; an unread body
+closes it, and the next request pays a new TLS handshake. There is no
+client-side QPS limit (the kubernetes Python client has none): the number of
+requests in flight is bounded by the dispatcher's workers, and the
+apiserver's own priority and fairness queues the rest.
 
 Errors come back as `ApiError` (with `.status`) or `Unavailable` (no answer:
 connection refused, reset, timeout). Nothing here retries: the caller owns
@@ -16,6 +28,7 @@ retried as a create, whose AlreadyExists is the answer).
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,6 +62,11 @@ def _error(e: kubernetes.client.ApiException) -> ApiError:
     return ApiError(int(e.status or 0), reason)
 
 
+def _seg(value: str) -> str:
+    """A name as one path segment."""
+    return urllib.parse.quote(value, safe="")
+
+
 class Kube:
     def __init__(self, *, kubeconfig: str = "", pool_size: int = 16) -> None:
         configuration = kubernetes.client.Configuration()
@@ -59,6 +77,9 @@ class Kube:
         configuration.retries = False
         configuration.connection_pool_maxsize = pool_size
         self.api = kubernetes.client.ApiClient(configuration)
+        self.configuration = configuration
+        self._pool = self.api.rest_client.pool_manager
+        self._timeout = urllib3.Timeout(connect=TIMEOUT[0], read=TIMEOUT[1])
         self.batch = kubernetes.client.BatchV1Api(self.api)
         self.core = kubernetes.client.CoreV1Api(self.api)
         self.requests = 0
@@ -77,6 +98,38 @@ class Kube:
             raise Unavailable(f"{type(e).__name__}: {e}") from None
         return response
 
+    def _rest(self, method: str, path: str, *, query: dict[str, Any] | None = None,
+              body: Obj | None = None) -> Obj:
+        """One request on the client's pool with its credentials; the answer's JSON (read whole)."""
+        self.requests += 1
+        headers = {**self.api.default_headers, "Accept": "application/json", "User-Agent": self.api.user_agent}
+        token = self.configuration.get_api_key_with_prefix("BearerToken")
+        if token:
+            headers["Authorization"] = token
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        url = self.configuration.host + path
+        if query:
+            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v not in (None, "")})
+        try:
+            response = self._pool.request(method, url, body=data, headers=headers, timeout=self._timeout,
+                                          retries=False, preload_content=True)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise Unavailable(f"{type(e).__name__}: {e}") from None
+        if not 200 <= response.status < 300:
+            reason = str(response.reason or "")
+            try:
+                reason = json.loads(response.data or b"{}").get("message") or reason
+            except (ValueError, AttributeError):
+                pass
+            raise ApiError(response.status, reason)
+        try:
+            return dict(json.loads(response.data or b"{}"))
+        except ValueError as e:
+            raise Unavailable(f"the answer to {method} {path} is not JSON: {e}") from None
+
     def _json(self, method: Any, *args: Any, **kwargs: Any) -> Obj:
         response = self._call(method, *args, **kwargs)
         try:
@@ -87,10 +140,10 @@ class Kube:
     # -- Jobs and Secrets ---------------------------------------------------
 
     def create_job(self, namespace: str, body: Obj) -> Obj:
-        return self._json(self.batch.create_namespaced_job, namespace, body)
+        return self._rest("POST", f"/apis/batch/v1/namespaces/{_seg(namespace)}/jobs", body=body)
 
     def get_job(self, namespace: str, name: str) -> Obj:
-        return self._json(self.batch.read_namespaced_job, name, namespace)
+        return self._rest("GET", f"/apis/batch/v1/namespaces/{_seg(namespace)}/jobs/{_seg(name)}")
 
     def list_jobs(self, namespace: str, *, selector: str, limit: int = 500, cont: str | None = None) -> Obj:
         kwargs: dict[str, Any] = {"label_selector": selector, "limit": limit}
@@ -125,16 +178,16 @@ class Kube:
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
-            self._call(self.batch.delete_namespaced_job, name, namespace, body=body)
+            self._rest("DELETE", f"/apis/batch/v1/namespaces/{_seg(namespace)}/jobs/{_seg(name)}", body=body)
         except ApiError as e:
             if e.status != 404:
                 raise
 
     def create_secret(self, namespace: str, body: Obj) -> Obj:
-        return self._json(self.core.create_namespaced_secret, namespace, body)
+        return self._rest("POST", f"/api/v1/namespaces/{_seg(namespace)}/secrets", body=body)
 
     def get_secret(self, namespace: str, name: str) -> Obj:
-        return self._json(self.core.read_namespaced_secret, name, namespace)
+        return self._rest("GET", f"/api/v1/namespaces/{_seg(namespace)}/secrets/{_seg(name)}")
 
     # -- Pods, logs, Events -------------------------------------------------
 
@@ -144,19 +197,17 @@ class Kube:
     def iter_pods(self, namespace: str, *, selector: str, field_selector: str = "",
                   page: int = 100) -> Iterator[Obj]:
         """The pods of a list, fetched `page` at a time: a large list never sits in memory whole."""
-        kwargs: dict[str, Any] = {"label_selector": selector, "limit": page}
-        if field_selector:
-            kwargs["field_selector"] = field_selector
+        query: dict[str, Any] = {"labelSelector": selector, "fieldSelector": field_selector, "limit": page}
         while True:
-            answer = self._json(self.core.list_namespaced_pod, namespace, **kwargs)
+            answer = self._rest("GET", f"/api/v1/namespaces/{_seg(namespace)}/pods", query=query)
             yield from answer.get("items") or []
-            kwargs["_continue"] = (answer.get("metadata") or {}).get("continue")
-            if not kwargs["_continue"]:
+            query["continue"] = (answer.get("metadata") or {}).get("continue")
+            if not query["continue"]:
                 return
 
     def delete_pod(self, namespace: str, name: str) -> None:
         try:
-            self._call(self.core.delete_namespaced_pod, name, namespace)
+            self._rest("DELETE", f"/api/v1/namespaces/{_seg(namespace)}/pods/{_seg(name)}")
         except ApiError as e:
             if e.status != 404:
                 raise
