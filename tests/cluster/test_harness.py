@@ -56,8 +56,12 @@ def test_apiserver_restart_keeps_data_and_port(
         assert kubernetes.client.CoreV1Api(api).read_namespaced_config_map("kept", namespace).metadata.name == "kept"
 
 
+# The child is a foreground program a person interrupts: Ctrl-C raises KeyboardInterrupt. A suite
+# started in the background (a shell's `&`, as CI may start it) passes SIGINT ignored to every child,
+# and Python then keeps it ignored; so the child sets Python's own handler first.
 CHILD = """
-import json, sys, time
+import json, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from devcluster import harness
 plane = harness.ControlPlane(bin_dir=harness.pathlib.Path(sys.argv[1]), scheduler=False, crds=False).start()
 print(json.dumps({"pids": plane.pids(), "workdir": str(plane.workdir), "server": plane.server,
