@@ -50,7 +50,8 @@ import threading
 import time
 from typing import Any
 
-from dispatcher import backend, backoff, jobspec, kube, ledger, logs, names, reaper, reporter, settings, starts, watcher
+from dispatcher import backend, jobspec, kube, ledger, logs, names, reaper, reporter, settings, starts, watcher
+from toolkit import backoff
 
 log = logging.getLogger("dispatcher")
 

@@ -26,7 +26,8 @@ import threading
 import time
 from typing import Any
 
-from dispatcher import backoff, kube, logs
+from dispatcher import kube, logs
+from toolkit import backoff
 
 log = logging.getLogger(__name__)
 
