@@ -35,8 +35,8 @@ import threading
 import time
 from typing import Any
 
-from toolkit import jsonlog, kube, names, paths
-from controller import admission, detector, health, informer, queue
+from toolkit import informer, jsonlog, kube, names, paths
+from controller import admission, detector, health, queue
 from controller import settings as settings_mod
 
 log = logging.getLogger("controller")

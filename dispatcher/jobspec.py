@@ -191,3 +191,12 @@ def finished(obj: Obj) -> str | None:
         if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
             return str(condition["type"])
     return None
+
+
+def deletion(*, uid: str = "") -> Obj:
+    """The DeleteOptions of a driver Job: its pods go too, in the background (its Secret goes with it,
+    owned). With `uid`, only that Job: another of the same name answers 409 (a failed precondition)."""
+    body: Obj = {"propagationPolicy": "Background"}
+    if uid:
+        body["preconditions"] = {"uid": uid}
+    return body

@@ -1,7 +1,7 @@
 """The in-flight ledger and the limiter: which driver Jobs are unfinished (pure).
 
 The dispatcher may claim only while `unfinished() < max_inflight`. The
-ledger is owned by the main loop alone (no lock): the watcher's events and
+ledger is owned by the main loop alone (no lock): the informer's events and
 the create results are applied to it there, in order.
 
 An entry is unfinished from the moment a claim is taken (`reserve`, before
@@ -19,10 +19,12 @@ token Secret (its creator died between the two creates): it gets a
 tombstone and is deleted, and that DELETED is not a death either.
 
 `secret_ok` says this process has seen to the Job's Secret (written it, or
-read it back); a Job seen unfinished without it is `unchecked`, and the main
-loop checks its Secret once.
+read it back); a Job seen unfinished without it, and with no create of its
+own in hand here (`start_create` .. `end_create`, kept apart from the entry:
+a create outlives a Job deleted under it), is `unchecked`, and the main loop
+checks its Secret once.
 
-Relists: `sync` replaces what the watcher knows with a full list. An entry
+Relists: `sync` replaces what the informer knew with a full list. An entry
 created after the list began cannot be in it and is kept; an entry created
 before the list began and absent from it is gone (its DELETED event was
 missed) and is released. The clock is the caller's monotonic clock.
@@ -57,7 +59,7 @@ class Entry:
     phase: Phase
     since: float  # monotonic time of the reservation or of the first sighting
     uid: str = ""
-    seen: bool = False  # observed through the watcher (list or watch)
+    seen: bool = False  # observed through the informer (list or watch)
     expired: bool = False  # past the start deadline: reported, and its delete sent
     created: float | None = None  # the Job's creationTimestamp (seconds since the epoch), once seen
     secret_ok: bool = False  # its token Secret was written or read back here
@@ -78,6 +80,7 @@ class Ledger:
         self.max_inflight = max_inflight
         self._entries: dict[str, Entry] = {}
         self._unfinished = 0
+        self._creating: set[str] = set()  # Job names whose create is in hand
 
     # -- reading ------------------------------------------------------------
 
@@ -97,7 +100,10 @@ class Ledger:
         """An unfinished Job seen here whose Secret nobody here has seen to (created by a process now gone)."""
         entry = self._entries.get(name)
         return (entry is not None and entry.phase is Phase.ACTIVE and entry.seen and not entry.secret_ok
-                and not entry.expired)
+                and not entry.expired and name not in self._creating)
+
+    def create_in_hand(self, name: str) -> bool:
+        return name in self._creating
 
     def oldest_age(self, *, now: float, wall: float) -> float:
         """Seconds the oldest unfinished, unexpired Job has existed (0.0 if none).
@@ -133,6 +139,14 @@ class Ledger:
         self._entries[name] = Entry(name=name, job_id=job_id, phase=Phase.CREATING, since=now)
         self._unfinished += 1
         return True
+
+    def start_create(self, name: str) -> None:
+        """A create (of the Job, or of the Secret of a known one) is submitted for it."""
+        self._creating.add(name)
+
+    def end_create(self, name: str) -> None:
+        """The create's answer is back (whatever it was)."""
+        self._creating.discard(name)
 
     def created(self, name: str, *, uid: str, now: float) -> None:
         """The create (or an AlreadyExists) confirmed the Job exists, at `now`."""

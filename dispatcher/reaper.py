@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatcher import jobspec, kube, names
+from dispatcher import jobspec, names
+from toolkit import kube, paths
 
 Obj = dict[str, Any]
 
@@ -53,25 +54,13 @@ def is_sandbox(pod: Obj, *, job_id: str, driver_job: str) -> bool:
     return True
 
 
-def reap(client: kube.Kube, *, namespaces: tuple[str, ...], job_id: str, driver_job: str) -> list[str]:
-    """Delete the run's sandbox pods; returns `namespace/name` of each deleted. Raises on API errors."""
-    deleted: list[str] = []
-    for namespace in namespaces:
-        for pod in client.list_pods(namespace, selector=selector(job_id)):
-            if is_sandbox(pod, job_id=job_id, driver_job=driver_job):
-                name = pod["metadata"]["name"]
-                client.delete_pod(namespace, name)
-                deleted.append(f"{namespace}/{name}")
-    return deleted
-
-
 def batch_selector(job_ids: list[str]) -> str:
     """The sandbox pods of any of these runs (a set-based selector on the job-id label)."""
     values = ",".join(sorted({jobspec.job_id_label(job_id) for job_id in job_ids}))
     return f"{names.JOB_ID_LABEL} in ({values}),{names.MANAGED_BY_LABEL}={names.DRIVER_MANAGED_BY}"
 
 
-def reap_many(client: kube.Kube, *, namespaces: tuple[str, ...], runs: dict[str, str]) -> dict[str, list[str]]:
+def reap_many(client: kube.Client, *, namespaces: tuple[str, ...], runs: dict[str, str]) -> dict[str, list[str]]:
     """Delete the sandbox pods of several runs ({job_id: driver Job name}, at most BATCH), one paged list per
     namespace; `namespace/name` of each pod deleted, by job id. Raises on API errors (nothing is then
     known to be done: the caller retries the whole batch, and a pod already deleted is a 404, done)."""
@@ -81,12 +70,12 @@ def reap_many(client: kube.Kube, *, namespaces: tuple[str, ...], runs: dict[str,
     deleted: dict[str, list[str]] = {job_id: [] for job_id in runs}
     selector_all = batch_selector(list(runs))
     for namespace in namespaces:
-        for pod in client.iter_pods(namespace, selector=selector_all, page=PAGE):
+        for pod in client.each(paths.POD, namespace=namespace, label_selector=selector_all, limit=PAGE):
             label = ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOB_ID_LABEL)
             for job_id in by_label.get(str(label), []):
                 if is_sandbox(pod, job_id=job_id, driver_job=runs[job_id]):
                     name = pod["metadata"]["name"]
-                    client.delete_pod(namespace, name)
+                    client.delete(paths.POD, name=name, namespace=namespace, missing_ok=True)
                     deleted[job_id].append(f"{namespace}/{name}")
                     break
     return deleted

@@ -39,7 +39,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from dispatcher import backend, kube, logs, names
+from dispatcher import backend, logs, names
+from toolkit import kube, paths
 
 log = logging.getLogger("dispatcher.reporter")
 
@@ -165,7 +166,7 @@ def token_from_secret(secret: Obj) -> str | None:
     return token
 
 
-def gather(client: kube.Kube, *, namespace: str, kind: str, job_name: str, job: Obj | None,
+def gather(client: kube.Client, *, namespace: str, kind: str, job_name: str, job: Obj | None,
            tail_lines: int, start_deadline: float | None = None, secrets: Iterable[str] = ()) -> dict[str, Any]:
     """Read what the report needs, each read best-effort (the reads are the I/O half of `describe`)."""
     pod: Obj | None = None
@@ -174,8 +175,9 @@ def gather(client: kube.Kube, *, namespace: str, kind: str, job_name: str, job: 
     log_error: str | None = "the driver pod is gone"
     if kind in ("failed", "stuck"):
         try:
-            pod = latest_pod(client.list_pods(namespace, selector=f"{names.JOB_NAME_LABEL}={job_name}"))
-        except (kube.ApiError, kube.Unavailable) as e:
+            pod = latest_pod(list(client.each(paths.POD, namespace=namespace,
+                                              label_selector=f"{names.JOB_NAME_LABEL}={job_name}")))
+        except kube.ApiError as e:
             log_error = f"the driver pod could not be listed: {e}"
         if pod is not None and kind == "stuck":
             log_error = "the driver container never started"
@@ -183,7 +185,7 @@ def gather(client: kube.Kube, *, namespace: str, kind: str, job_name: str, job: 
             pod_name = pod["metadata"]["name"]
             if tail_lines > 0:
                 try:
-                    text = client.read_log(namespace, pod_name, container=names.DRIVER_CONTAINER,
+                    text = client.read_log(namespace=namespace, pod=pod_name, container=names.DRIVER_CONTAINER,
                                            tail_lines=tail_lines)
                     if text:
                         log_tail, log_error = text, None
@@ -191,7 +193,7 @@ def gather(client: kube.Kube, *, namespace: str, kind: str, job_name: str, job: 
                         where = (pod.get("spec") or {}).get("nodeName")
                         log_error = f"the log of pod {pod_name} is empty" + (
                             "" if where else " (the pod was never bound to a node)")
-                except (kube.ApiError, kube.Unavailable) as e:
+                except kube.ApiError as e:
                     log_error = str(e)
             else:
                 log_error = "TCAB_DISPATCHER_LOG_TAIL_LINES is 0"
@@ -200,8 +202,8 @@ def gather(client: kube.Kube, *, namespace: str, kind: str, job_name: str, job: 
             selectors.append(f"involvedObject.kind=Pod,involvedObject.name={pod['metadata']['name']}")
         for field_selector in selectors:
             try:
-                events.extend(client.list_events(namespace, field_selector=field_selector))
-            except (kube.ApiError, kube.Unavailable):
+                events.extend(client.each(paths.EVENT, namespace=namespace, field_selector=field_selector))
+            except kube.ApiError:
                 pass  # the report goes without them
     return describe(kind=kind, job_name=job_name, job=job, pod=pod, events=events,
                     log_tail=log_tail, log_error=log_error, start_deadline=start_deadline, secrets=secrets)

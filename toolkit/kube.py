@@ -1,22 +1,41 @@
-"""The one module that speaks to the Kubernetes API.
+"""The one Kubernetes client layer: the controller's and the dispatcher's.
 
-Everything else in the toolkit works on plain dicts (the JSON the apiserver
-sends) and calls these functions; only this module imports `kubernetes`.
-That keeps the rules (raising, detection, status) testable without a client
-and puts every retry and error mapping in one place.
+Everything else works on plain dicts (the JSON the apiserver sends) and
+calls this module; only it (and `toolkit.informer`, through it) speaks HTTP
+to the apiserver. That keeps the rules (raising, detection, the dispatcher's
+ledger) testable without a client and puts every retry and error mapping in
+one place. The sidecar has its own standard-library reader (`sidecar/api.py`)
+for its footprint, over the same `toolkit.paths`.
 
 What it guarantees:
 - Errors come back as the small exception tree below (Conflict, NotFound,
-  Gone, ...), never as a raw ApiException, so callers can branch on them.
-- Transient failures (connection errors, 429, 5xx) are retried with a
-  bounded backoff (toolkit.backoff), honouring Retry-After. A 409 is NOT retried here: a
-  conflict means the caller's read is stale and only the caller knows how to
-  recompute; `read_modify_write` is that loop, and it never re-sends the
-  body it computed from the stale read.
+  Gone, Unavailable, ...), never as a raw urllib3 or client exception, so
+  callers can branch on them; every one is an `ApiError` with `.status`
+  (0 for "no answer").
+- Transient failures (no answer, 429, 5xx) are retried `retries` times with a
+  bounded backoff (toolkit.backoff), honouring Retry-After. The controller
+  uses 5; the dispatcher 0, because its loop owns the backoff (it knows
+  whether a retry is safe: a create is retried as a create, whose
+  AlreadyExists is the answer). A 409 is never retried here: a conflict means
+  the caller's read is stale; `read_modify_write` is that loop, and it never
+  re-sends the body it computed from the stale read.
 - Updates are preconditioned: `replace` sends the body's resourceVersion,
   which the apiserver compares, so a blind write is impossible through it.
-- A watch that ends is the caller's to restart (`controller.informer`
-  does), and a 410 Gone surfaces as `Gone` so the caller relists.
+- Lists are paged (`pages`, `list`); a watch streams lines through the
+  client's own line iterator, and a 410 (status or ERROR event) raises Gone.
+  The loop around them (resume, relist) is `toolkit.informer`.
+
+The transport is the kubernetes client's own connection pool (its TLS, proxy
+and client-certificate settings) and its own credentials
+(`get_api_key_with_prefix`, which refreshes an in-cluster or exec token as
+the client does), but no generated method: those validate every argument
+with pydantic and walk the body to serialize it, about a third of the
+dispatcher's CPU per request. Every answer is read to its end, so its
+connection goes back to the pool (an unread body closes it, and the next
+request pays a new TLS handshake). There is no client-side QPS limit (the
+Python client has none): the requests in flight are bounded by the callers'
+workers, and the apiserver's priority and fairness queues the rest.
+`requests` counts the requests sent, for the benchmarks.
 """
 
 from __future__ import annotations
@@ -26,6 +45,7 @@ import json
 import logging
 import os
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -35,26 +55,35 @@ import kubernetes.config
 import kubernetes.leaderelection.electionconfig
 import kubernetes.leaderelection.leaderelection
 import kubernetes.leaderelection.resourcelock.leaselock
-import urllib3.exceptions
+import kubernetes.watch.watch
+import urllib3
 
 from toolkit import backoff, paths
 
 Obj = dict[str, Any]
 T = TypeVar("T")
+Query = list[tuple[str, str]]
 
 log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
     def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
+        super().__init__(f"HTTP {status} {reason}: {message}" if status else f"{reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
 
 
+class Unavailable(ApiError):
+    """No answer: connection refused or reset, a timeout, a body that is not JSON."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, "Unavailable", message)
+
+
 class Conflict(ApiError):
-    """409 Conflict on an update: the object changed since it was read."""
+    """409 Conflict on an update (the object changed since it was read), or a failed precondition."""
 
 
 class AlreadyExists(ApiError):
@@ -89,80 +118,101 @@ _ERRORS: dict[int, type[ApiError]] = {404: NotFound, 410: Gone, 403: Forbidden, 
 _TRANSIENT = {429, 500, 502, 503, 504}
 # The longest a Retry-After holds one request (the backoff between retries is at most 2 s).
 RETRY_AFTER_LIMIT = 10.0
+TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 
 
-def _error(status: int, body: bytes | str | None) -> ApiError:
+def error(status: int, body: bytes | str | None) -> ApiError:
+    """The exception for an answer with this status and (Status JSON) body."""
     try:
         data = json.loads(body or b"{}")
     except ValueError:
         data = {}
+    if not isinstance(data, dict):
+        data = {}
     reason = str(data.get("reason") or "")
-    message = str(data.get("message") or body or "")
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    message = str(data.get("message") or text[:512])
     if status == 409:
-        return AlreadyExists(status, reason, message) if reason == "AlreadyExists" else Conflict(
-            status, reason, message
-        )
+        return (AlreadyExists if reason == "AlreadyExists" else Conflict)(status, reason, message)
     return _ERRORS.get(status, ApiError)(status, reason, message)
 
 
+def _transport_error(exc: BaseException) -> Unavailable:
+    return Unavailable(f"{type(exc).__name__}: {exc}")
+
+
 class Client:
-    """A thin JSON client over one `kubernetes.client.ApiClient`."""
+    """A JSON client over one `kubernetes.client.ApiClient`'s pool and credentials."""
 
     def __init__(self, api_client: kubernetes.client.ApiClient, *, retries: int = 5) -> None:
         self.api_client = api_client
+        self.configuration = api_client.configuration
         self.retries = retries
+        self.requests = 0
+        self._pool = api_client.rest_client.pool_manager
+        self._timeout = urllib3.Timeout(connect=TIMEOUT[0], read=TIMEOUT[1])
+
+    def close(self) -> None:
+        self.api_client.close()
 
     # -- raw requests -------------------------------------------------
 
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: list[tuple[str, str]] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: float | tuple[float, float] | None = 30,
-    ) -> Any:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        req = self.api_client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=query or [],
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        return self.api_client.call_api(*req, _request_timeout=timeout)
+    def _send(self, method: str, path: str, *, query: Query | None = None, body: Any = None,
+              content_type: str = "application/json", timeout: urllib3.Timeout | None = None,
+              stream: bool = False) -> urllib3.BaseHTTPResponse:
+        """One HTTP request; the answer (read whole unless `stream`). Raises Unavailable."""
+        self.requests += 1
+        headers = {**self.api_client.default_headers, "Accept": "application/json",
+                   "User-Agent": self.api_client.user_agent}
+        token = self.configuration.get_api_key_with_prefix("BearerToken")
+        if token:
+            headers["Authorization"] = token
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        url = self.configuration.host + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        try:
+            return self._pool.request(method, url, body=data, headers=headers, timeout=timeout or self._timeout,
+                                      retries=False, preload_content=not stream)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _transport_error(exc) from None
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: list[tuple[str, str]] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-    ) -> Obj:
-        """One API call with transient retries; the decoded JSON body."""
+    def raw(self, method: str, path: str, *, query: Query | None = None, body: Any = None,
+            content_type: str = "application/json") -> bytes:
+        """One API call with transient retries; the answer's body."""
         pause = backoff.Backoff(base=0.05, cap=2.0, retry_cap=RETRY_AFTER_LIMIT)
         for attempt in range(self.retries + 1):
+            last = attempt == self.retries
             try:
                 resp = self._send(method, path, query=query, body=body, content_type=content_type)
-                data = resp.read()
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
-                if attempt == self.retries:
-                    raise ApiError(0, "Unreachable", str(exc)) from exc
+            except Unavailable:
+                if last:
+                    raise
                 time.sleep(pause.next_delay())
                 continue
             if 200 <= resp.status <= 299:
-                return json.loads(data) if data else {}
-            if resp.status in _TRANSIENT and attempt < self.retries:
-                retry_after = backoff.retry_after(resp.getheader("Retry-After"), limit=RETRY_AFTER_LIMIT)
+                return bytes(resp.data or b"")
+            if resp.status in _TRANSIENT and not last:
+                retry_after = backoff.retry_after(resp.headers.get("Retry-After"), limit=RETRY_AFTER_LIMIT)
                 time.sleep(pause.next_delay(retry_after=retry_after))
                 continue
-            raise _error(resp.status, data)
+            raise error(resp.status, resp.data)
         raise AssertionError("unreachable")
+
+    def request(self, method: str, path: str, *, query: Query | None = None, body: Any = None,
+                content_type: str = "application/json") -> Obj:
+        """One API call with transient retries; the decoded JSON body."""
+        data = self.raw(method, path, query=query, body=body, content_type=content_type)
+        try:
+            decoded = json.loads(data) if data else {}
+        except ValueError as exc:
+            raise Unavailable(f"the answer to {method} {path} is not JSON: {exc}") from None
+        if not isinstance(decoded, dict):
+            raise Unavailable(f"the answer to {method} {path} is not a JSON object")
+        return decoded
 
     # -- objects ------------------------------------------------------
 
@@ -187,34 +237,56 @@ class Client:
         path = res.path(namespace=namespace, name=name, sub=subresource)
         return self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
-    def delete(self, res: paths.Resource, *, name: str, namespace: str | None = None) -> None:
-        self.request("DELETE", res.path(namespace=namespace, name=name))
+    def delete(self, res: paths.Resource, *, name: str, namespace: str | None = None,
+               body: Obj | None = None, missing_ok: bool = False) -> None:
+        """DELETE, with an optional DeleteOptions `body` (propagation, preconditions).
+        With `missing_ok`, a 404 is done; a failed uid precondition is a Conflict."""
+        try:
+            self.request("DELETE", res.path(namespace=namespace, name=name), body=body)
+        except NotFound:
+            if not missing_ok:
+                raise
 
-    def list(
-        self,
-        res: paths.Resource,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> tuple[list[Obj], str]:
+    def pages(self, res: paths.Resource, *, namespace: str | None = None, label_selector: str | None = None,
+              field_selector: str | None = None, limit: int = 500) -> Iterator[Obj]:
+        """The list's pages (each the apiserver's answer), `limit` items at a time:
+        a large list never sits in memory whole."""
+        query: Query = [("limit", str(limit))]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        while True:
+            page = self.request("GET", res.path(namespace=namespace), query=query)
+            yield page
+            cont = (page.get("metadata") or {}).get("continue")
+            if not cont:
+                return
+            query = [q for q in query if q[0] != "continue"] + [("continue", str(cont))]
+
+    def each(self, res: paths.Resource, *, namespace: str | None = None, label_selector: str | None = None,
+             field_selector: str | None = None, limit: int = 500) -> Iterator[Obj]:
+        """The list's items, fetched a page of `limit` at a time."""
+        for page in self.pages(res, namespace=namespace, label_selector=label_selector,
+                               field_selector=field_selector, limit=limit):
+            yield from page.get("items") or []
+
+    def list(self, res: paths.Resource, *, namespace: str | None = None, label_selector: str | None = None,
+             field_selector: str | None = None) -> tuple[list[Obj], str]:
         """All items (paged) and the list's resourceVersion."""
         items: list[Obj] = []
-        cont = ""
-        while True:
-            query = [("limit", "500")]
-            if label_selector:
-                query.append(("labelSelector", label_selector))
-            if field_selector:
-                query.append(("fieldSelector", field_selector))
-            if cont:
-                query.append(("continue", cont))
-            data = self.request("GET", res.path(namespace=namespace), query=query)
-            items.extend(data.get("items") or [])
-            meta = data.get("metadata") or {}
-            cont = meta.get("continue") or ""
-            if not cont:
-                return items, str(meta.get("resourceVersion") or "")
+        meta: Obj = {}
+        for page in self.pages(res, namespace=namespace, label_selector=label_selector,
+                               field_selector=field_selector):
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+        return items, str(meta.get("resourceVersion") or "")
+
+    def read_log(self, *, namespace: str, pod: str, container: str, tail_lines: int) -> str:
+        """The last `tail_lines` lines of a container's log (pods/log), as text."""
+        path = paths.POD.path(namespace=namespace, name=pod, sub="log")
+        data = self.raw("GET", path, query=[("container", container), ("tailLines", str(tail_lines))])
+        return data.decode(errors="replace")
 
     def watch(
         self,
@@ -229,9 +301,10 @@ class Client:
         """(type, object) events until the server ends the watch.
 
         Bookmarks are yielded (their object carries the new resourceVersion).
-        A 410, as a status or as an ERROR event, raises Gone.
+        A 410, as a status or as an ERROR event, raises Gone; a dropped
+        stream raises Unavailable.
         """
-        query = [
+        query: Query = [
             ("watch", "true"),
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
@@ -241,27 +314,26 @@ class Client:
             query.append(("labelSelector", label_selector))
         if field_selector:
             query.append(("fieldSelector", field_selector))
-        resp = self._send(
-            "GET", res.path(namespace=namespace), query=query, timeout=(10, timeout_seconds + 30)
-        )
-        if not 200 <= resp.status <= 299:
-            raise _error(resp.status, resp.read())
-        raw = resp.response
+        timeout = urllib3.Timeout(connect=TIMEOUT[0], read=timeout_seconds + 30)
+        resp = self._send("GET", res.path(namespace=namespace), query=query, timeout=timeout, stream=True)
         try:
-            buffer = b""
-            for chunk in raw.stream(amt=None, decode_content=False):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if not line.strip():
-                        continue
+            if not 200 <= resp.status <= 299:
+                raise error(resp.status, resp.read())
+            for line in kubernetes.watch.watch.iter_resp_lines(resp):
+                if not line or line.isspace():
+                    continue
+                try:
                     event = json.loads(line)
-                    kind, obj = event.get("type", ""), event.get("object") or {}
-                    if kind == "ERROR":
-                        raise _error(int(obj.get("code") or 500), json.dumps(obj))
-                    yield kind, obj
+                except ValueError as exc:
+                    raise Unavailable(f"a watch line is not JSON: {exc}") from None
+                kind, obj = event.get("type", ""), event.get("object") or {}
+                if kind == "ERROR":
+                    raise error(int(obj.get("code") or 500), json.dumps(obj))
+                yield kind, obj
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _transport_error(exc) from None
         finally:
-            raw.release_conn()
+            resp.release_conn()
 
     # -- conflict handling -------------------------------------------
 
@@ -331,9 +403,11 @@ class Client:
         return self.create(paths.EVENT, event, namespace=meta["namespace"])
 
 
-def load(*, kubeconfig: str | None = None, context: str | None = None) -> Client:
+def load(*, kubeconfig: str | None = None, context: str | None = None, pool_size: int = 32,
+         retries: int = 5) -> Client:
     """A client from a kubeconfig path, $KUBECONFIG, or the in-cluster
-    ServiceAccount, in that order."""
+    ServiceAccount, in that order; `pool_size` connections (one per worker
+    and watch the caller runs)."""
     configuration = kubernetes.client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
@@ -347,9 +421,9 @@ def load(*, kubeconfig: str | None = None, context: str | None = None) -> Client
         # The config library raises several unrelated types for one user mistake.
         where = path or ("in-cluster" if os.environ.get("KUBERNETES_SERVICE_HOST") else "~/.kube/config")
         raise ConfigError(f"cannot load a cluster config from {where}: {exc}") from None
-    # Enough connections for the controller's reconcile workers and watches.
-    configuration.connection_pool_maxsize = 32
-    return Client(kubernetes.client.ApiClient(configuration))
+    configuration.retries = False  # Client.raw owns the retries
+    configuration.connection_pool_maxsize = pool_size
+    return Client(kubernetes.client.ApiClient(configuration), retries=retries)
 
 
 def from_api_client(api_client: Any) -> Client:

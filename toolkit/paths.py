@@ -1,5 +1,5 @@
 """The REST paths of the Kubernetes kinds the project reads and writes: one
-copy for the toolkit's client, the controller and the sidecar.
+copy for the shared client (toolkit.kube: the controller, the dispatcher) and the sidecar.
 
 A `Resource` is the group, version and plural of a kind; `path` turns it,
 a namespace, a name and a subresource into the URL path the apiserver
@@ -60,4 +60,6 @@ KUEUE_VERSION = "v1beta2"
 WORKLOAD = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload")
 ADMISSION_CHECK = Resource(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", "AdmissionCheck", False)
 POD = Resource("", "v1", "pods", "Pod")
+SECRET = Resource("", "v1", "secrets", "Secret")
+JOB = Resource("batch", "v1", "jobs", "Job")
 EVENT = Resource("", "v1", "events", "Event")

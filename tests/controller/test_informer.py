@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from controller import informer
+from toolkit import informer
 from tests.controller.conftest import wait_until
 from toolkit import kube, paths
 

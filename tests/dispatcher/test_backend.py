@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dispatcher import app, backend, settings
+from dispatcher.stages import report
 from tests.refbackend import proc
 
 
@@ -57,26 +58,27 @@ def test_the_loop_waits_out_a_claims_retry_after(ref: proc.Backend) -> None:
         ref.fault(status=429, on="next", retry_after="7")
         d.synced = True
         before = time.monotonic()
-        d._claim()
+        d.claims.tick(d)
         d._drain(timeout=10)  # the claim runs on the pool; its answer comes back through the inbox
-        assert d.next_claim >= before + 7, "claimed again before the backend's Retry-After"
+        assert d.claims.next >= before + 7, "claimed again before the backend's Retry-After"
         assert d.in_hand == 0 and d.ledger.unfinished() == 0
     finally:
         close(d)
 
 
-def report_once(d: app.Dispatcher, pending: app.Pending) -> None:
+def report_once(d: app.Dispatcher, pending: report.Report) -> None:
     future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    future.set_result(d._report(pending))
-    d._after(future, pending, d.reports)
+    future.set_result(pending.step(d))
+    d._stepped(pending, future)
 
 
 def test_the_loop_waits_out_a_reports_retry_after(ref: proc.Backend) -> None:
     run = ref.enqueue()
     d = dispatcher_for(ref)
     try:
-        pending = app.Pending("failed", "tcab-run-x", run["id"], None, token=run["token"],
-                              body={"status": "failed", "error": {"reason": "OOMKilled"}})
+        pending = report.Death("tcab-run-x", run["id"], cause="failed",
+                               body={"status": "failed", "error": {"reason": "OOMKilled"}})
+        d.tokens[pending.name] = run["token"]
         d.reports[pending.name] = pending
         ref.fault(status=429, on="status", retry_after="7")
         before = time.monotonic()
@@ -93,9 +95,10 @@ def test_a_report_abandoned_after_the_last_attempt_logs_an_error(ref: proc.Backe
     run = ref.enqueue()
     d = dispatcher_for(ref)
     try:
-        pending = app.Pending("failed", "tcab-run-x", run["id"], None, token=run["token"],
-                              body={"status": "failed", "error": {"reason": "OOMKilled"}},
-                              attempts=app.MAX_REPORT_ATTEMPTS - 2)
+        pending = report.Death("tcab-run-x", run["id"], cause="failed",
+                               body={"status": "failed", "error": {"reason": "OOMKilled"}},
+                               attempts=app.MAX_REPORT_ATTEMPTS - 2)
+        d.tokens[pending.name] = run["token"]
         d.reports[pending.name] = pending
         ref.fault(status=503, on="status", count=5)
         with caplog.at_level(logging.INFO, logger="dispatcher"):

@@ -18,10 +18,11 @@ import kubernetes.watch
 import pytest
 
 from dispatcher import backend as backend_client
-from dispatcher import jobspec, kube, settings
+from dispatcher import jobspec, settings
 from devcluster import harness
 from tests.dispatcher import cluster
 from tests.refbackend import proc
+from toolkit import kube, paths
 
 pytestmark = pytest.mark.cluster
 
@@ -279,13 +280,14 @@ def test_a_delete_by_uid_spares_a_newer_job_of_the_same_name(
     claim = backend_client.Claim(job_id="same-name", token="t", launch_request={})
     name = jobspec.job_name(claim.job_id)
     newer = batch.create_namespaced_job(namespace, jobspec.job(claim, config)).metadata.uid
-    client = kube.Kube(kubeconfig=rbac_kubeconfig)
+    client = kube.load(kubeconfig=rbac_kubeconfig, retries=0)
     try:
         with pytest.raises(kube.ApiError) as e:
-            client.delete_job(namespace, name, uid="0f1e2d3c-0000-4000-8000-000000000000")
+            client.delete(paths.JOB, name=name, namespace=namespace, missing_ok=True,
+                          body=jobspec.deletion(uid="0f1e2d3c-0000-4000-8000-000000000000"))
         assert e.value.status == 409
         assert batch.read_namespaced_job(name, namespace).metadata.uid == newer
-        client.delete_job(namespace, name, uid=newer)
+        client.delete(paths.JOB, name=name, namespace=namespace, body=jobspec.deletion(uid=newer), missing_ok=True)
         cluster.wait(lambda: name not in {j.metadata.name for j in cluster.jobs(api_client, namespace)},
                      what="the Job deleted by its own uid")
     finally:

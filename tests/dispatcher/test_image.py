@@ -6,6 +6,7 @@ setting is one line and exit 2."""
 from __future__ import annotations
 
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.images
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 IMAGE = "localhost/dispatch/dispatcher:test"
+CONTAINERFILE = REPO / "images" / "dispatcher.Containerfile"
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +35,12 @@ def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory)
     context = tmp_path_factory.mktemp("dispatcher-context")
     shutil.copytree(REPO / "dispatcher", context / "dispatcher", ignore=shutil.ignore_patterns("__pycache__"))
     (context / "toolkit").mkdir()
-    for name in ("__init__.py", "names.py", "paths.py", "backoff.py", "jsonlog.py", "envparse.py"):
-        shutil.copy(REPO / "toolkit" / name, context / "toolkit" / name)
+    for path in re.findall(r"toolkit/\w+\.py", CONTAINERFILE.read_text()):  # the modules it copies, read from it
+        shutil.copy(REPO / path, context / path)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(context / "wheels"),
                     "kubernetes==37.0.2", "urllib3==2.8.0"], check=True, capture_output=True, timeout=600)
     return containers.build_on_python_base(client, context=context, tag=IMAGE,
-                                           containerfile=REPO / "images" / "dispatcher.Containerfile")
+                                           containerfile=CONTAINERFILE)
 
 
 def test_the_image_runs_non_root_and_refuses_a_missing_variable_in_one_line(

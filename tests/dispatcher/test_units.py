@@ -284,7 +284,7 @@ def test_the_loop_sleeps_while_every_worker_is_busy_instead_of_spinning() -> Non
     config = settings.from_env({**REQUIRED, "TCAB_DISPATCHER_NAMESPACE": "runs", "TCAB_DISPATCHER_WORKERS": "2"})
     d = app.Dispatcher(config, client=None, api=None)  # type: ignore[arg-type]  # never called here
     try:
-        d.synced, d.next_claim = True, 0.0  # a claim is overdue
+        d.synced, d.claims.next = True, 0.0  # a claim is overdue
         assert d._wait() == 0.0  # a worker is free: claim now
         d.in_hand = config.workers
         assert d._wait() == 1.0  # none is free: sleep until a worker's "done" (or the 1 s tick) wakes the loop

@@ -1,19 +1,27 @@
-"""A small list+watch informer over `kube.Client` (JSON objects).
+"""The one list+watch loop (an informer) over `kube.Client`, for the
+controller and the dispatcher.
 
 The client library ships `kubernetes.informer.SharedInformer`, but it
 expects generated model objects (it reads `resp.items` as an attribute), so
-it cannot serve custom resources returned as dicts; and nothing outside
-`toolkit.kube` imports kubernetes. This one keeps the same contract:
+it cannot serve custom resources returned as dicts; turning every Job into a
+model is the CPU cost that dominates the dispatcher at a thousand Jobs; and
+it reconnects a failed watch with no delay (a hot loop while the apiserver is
+down). This one keeps the informer contract:
 
-- list, then watch from the list's resourceVersion; a cache keyed by
-  namespace/name stays what the server last said;
+- list (paged), then watch from the list's resourceVersion;
 - a watch that ends (server timeout, dropped connection) is restarted from
   the last resourceVersion seen (bookmarks included);
-- a 410 Gone relists, and objects that vanished in between are delivered as
-  DELETED so handlers never miss a deletion;
+- a 410 Gone (an HTTP status or an ERROR event) relists;
 - any other error backs off (toolkit.backoff: exponential, jittered, at
-  most 10 s) and retries; handlers' exceptions are
-  logged, never kill the loop.
+  most 10 s) and relists; handlers' exceptions are logged, never kill the
+  loop.
+
+Two ways to take a list. By default the informer keeps a cache keyed by
+namespace/name (what the server last said), delivers each listed object as
+SYNC, and objects that vanished between two lists as DELETED, so handlers
+never miss a deletion (the controller). With `on_list`, the list is handed
+over whole, with the monotonic time it started, and no cache is kept: the
+caller holds the state and diffs (the dispatcher's ledger).
 
 `run(max_rounds=...)` bounds the loop for tests (each list or watch
 connection is a round): the loop that runs in production is the one tested.
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +39,7 @@ from toolkit import backoff, kube, paths
 
 Obj = dict[str, Any]
 Handler = Callable[[str, Obj], None]
+ListHandler = Callable[[list[Obj], float], None]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +62,7 @@ class Informer:
         field_selector: str | None = None,
         watch_timeout: int = 240,
         stop: threading.Event | None = None,
+        on_list: ListHandler | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -61,6 +72,8 @@ class Informer:
         self.field_selector = field_selector
         self.watch_timeout = watch_timeout
         self.stop = stop or threading.Event()
+        self.on_list = on_list
+        self.backoff = backoff.Backoff(base=0.2, cap=10.0)
         self.synced = threading.Event()
         self.relists = 0  # lists after the first (410s and errors), for tests and metrics
         self._cache: dict[str, Obj] = {}
@@ -86,12 +99,21 @@ class Informer:
             log.exception("handler failed", extra={"resource": self.resource.plural, "event": kind})
 
     def _relist(self) -> None:
+        started = time.monotonic()
         items, rv = self.client.list(
             self.resource,
             namespace=self.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
         )
+        if self.on_list is not None:
+            try:
+                self.on_list(items, started)
+            except Exception:
+                log.exception("list handler failed", extra={"resource": self.resource.plural})
+            self._rv = rv
+            self.synced.set()
+            return
         fresh = {key(o): o for o in items}
         with self._lock:
             gone = [o for k, o in self._cache.items() if k not in fresh]
@@ -118,17 +140,17 @@ class Informer:
                 self._rv = rv
             if kind == "BOOKMARK":
                 continue
-            with self._lock:
-                if kind == "DELETED":
-                    self._cache.pop(key(obj), None)
-                else:
-                    self._cache[key(obj)] = obj
+            if self.on_list is None:
+                with self._lock:
+                    if kind == "DELETED":
+                        self._cache.pop(key(obj), None)
+                    else:
+                        self._cache[key(obj)] = obj
             self._deliver(kind, obj)
             if self.stop.is_set():
                 return
 
     def run(self, *, max_rounds: int | None = None) -> None:
-        pause = backoff.Backoff(base=0.2, cap=10.0)
         rounds = 0
         while not self.stop.is_set() and (max_rounds is None or rounds < max_rounds):
             rounds += 1
@@ -139,16 +161,15 @@ class Informer:
                     self._relist()
                 else:
                     self._watch()
-                pause.reset()
+                self.backoff.reset()
             except kube.Gone:
                 log.info("watch expired, relisting", extra={"resource": self.resource.plural})
                 self._rv = None
             except Exception as exc:  # the API is down or refused: back off, relist
-                log.warning(
-                    "list/watch failed: %s", exc, extra={"resource": self.resource.plural}
-                )
+                log.warning("list/watch failed; relisting after a pause",
+                            extra={"resource": self.resource.plural, "error": str(exc)})
                 self._rv = None
-                self.stop.wait(pause.next_delay())
+                self.stop.wait(self.backoff.next_delay())
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.run, name=f"informer-{self.resource.plural}", daemon=True)

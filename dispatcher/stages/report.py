@@ -1,0 +1,192 @@
+"""Deaths the driver could not report, told to the backend; one task per kind.
+
+- `Death`: the driver Job failed, or was deleted before it finished
+  ("failed", "vanished"): the report's detail (pod status, log tail,
+  Events) is read, then sent with the run's token.
+- `Stuck`: its driver never started within the start deadline: the detail
+  and the token are read first, then its Job is deleted (its Secret and pod
+  go with it), then the report is sent.
+- `Refused`: the apiserver refused the Job for good: the run is reported
+  failed, so it is not lost.
+- `Orphan`: a Job found without its token Secret: nothing to report (its
+  driver never ran); the Job is deleted by uid, and the backend offers the
+  still-claimed run again after its lease.
+
+The token is the run's one record, `Dispatcher.tokens` (from the claim, or
+read back from the Job's Secret once, by a process that did not claim the
+run). A report is abandoned after `MAX_REPORT_ATTEMPTS`, with an error
+line; a Stuck or Orphan whose delete never went through is then judged
+again by the next start check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dispatcher import backend, jobspec, logs, reporter
+from dispatcher.stages import task
+from toolkit import kube, paths
+
+if TYPE_CHECKING:
+    from dispatcher.app import Dispatcher
+
+log = logging.getLogger("dispatcher")
+
+MAX_REPORT_ATTEMPTS = 30
+Obj = dict[str, Any]
+
+
+@dataclasses.dataclass(eq=False)
+class Report(task.Task):
+    """A report to send with the run's token."""
+
+    body: Obj | None = None
+
+    TABLE: ClassVar[str] = "reports"
+    max_attempts: ClassVar[int | None] = MAX_REPORT_ATTEMPTS
+    kind: ClassVar[str] = ""  # the report's kind, as `reporter.describe` takes it
+
+    def _fields(self) -> dict[str, str]:
+        return {"job": self.name, "job_id": self.job_id}
+
+    def _token(self, d: Dispatcher) -> str | None:
+        token = d.tokens.get(self.name)
+        if token:
+            return token
+        try:
+            secret = d.kube.get(paths.SECRET, name=self.name, namespace=d.config.namespace)
+        except kube.NotFound:
+            return None
+        token = reporter.token_from_secret(secret)
+        if token:
+            # Kept on the run's record: a Stuck report's Secret goes with its Job before the send.
+            # Written from the pool while the task is in its table, where nothing else removes it.
+            d.tokens[self.name] = token
+        return token
+
+    def _gather(self, d: Dispatcher, job: Obj | None) -> Obj:
+        return reporter.gather(d.kube, namespace=d.config.namespace, kind=self.kind, job_name=self.name, job=job,
+                               tail_lines=d.config.log_tail_lines, start_deadline=d.config.driver_start_deadline)
+
+    def prepare(self, d: Dispatcher, token: str | None) -> bool:
+        """Read what the body needs (once); False to try again later."""
+        if self.body is None and token is not None:
+            self.body = self._gather(d, None)
+        return True
+
+    def step(self, d: Dispatcher) -> bool:
+        try:
+            token = self._token(d)
+        except kube.ApiError as e:
+            log.warning("cannot read the job token yet", extra=logs.fields(**self._fields(), error=str(e)))
+            return False
+        if not self.prepare(d, token):
+            return False
+        if token is None:
+            log.error("no token for the run (its Secret is gone): death not reported", extra=logs.fields(**self._fields()))
+            return True
+        assert self.body is not None
+        answer = d.backend.report(job_id=self.job_id, token=token, body=self.body)
+        outcome = answer.outcome
+        error = self.body.get("error") or {}
+        extra = logs.fields(**self._fields(), outcome=outcome.value, http_status=answer.status,
+                            reason=error.get("reason"), exit_code=error.get("exit_code"), attempt=self.attempts + 1)
+        if outcome is backend.Outcome.RETRY:
+            self.retry_after = answer.retry_after
+            log.warning("death report not delivered; retrying", extra=extra)
+            return False
+        if outcome is backend.Outcome.REFUSED:
+            log.error("death report refused by the backend", extra=extra)
+        elif outcome is backend.Outcome.UNKNOWN:
+            log.warning("death report given up: the backend does not know the run", extra=extra)
+        else:
+            log.info("death reported" if outcome is backend.Outcome.ACCEPTED else "death report not needed",
+                     extra=extra)
+        return True
+
+    def abandoned(self, d: Dispatcher) -> None:
+        log.error("death report abandoned: the backend never took it",
+                  extra=logs.fields(**self._fields(), attempts=self.attempts, kind=self.kind))
+
+
+@dataclasses.dataclass(eq=False)
+class Death(Report):
+    """A driver Job that failed ("failed") or was deleted before it finished ("vanished")."""
+
+    cause: str = "failed"
+    job: Obj | None = dataclasses.field(default=None, repr=False)
+
+    @property  # type: ignore[override]
+    def kind(self) -> str:
+        return self.cause
+
+    def prepare(self, d: Dispatcher, token: str | None) -> bool:
+        if self.body is None and token is not None:
+            self.body = self._gather(d, self.job)
+        return True
+
+
+@dataclasses.dataclass(eq=False)
+class DeletesJob(Report):
+    """A report that deletes its Job; if the delete never goes through, the Job is judged again."""
+
+    job_deleted: bool = False
+
+    def delete_job(self, d: Dispatcher, *, uid: str, why: str) -> bool:
+        """Delete the Job (only the one with `uid`, if given); False (logged) to try again later.
+        A 409 means that Job is gone already (another of its name stands): done too."""
+        if not self.job_deleted:
+            try:
+                d.kube.delete(paths.JOB, name=self.name, namespace=d.config.namespace,
+                              body=jobspec.deletion(uid=uid), missing_ok=True)
+            except kube.ApiError as e:
+                if not (uid and e.status == 409):
+                    log.warning(f"cannot delete {why}; retrying", extra=logs.fields(**self._fields(), error=str(e)))
+                    return False
+            self.job_deleted = True
+        return True
+
+    def abandoned(self, d: Dispatcher) -> None:
+        super().abandoned(d)
+        if not self.job_deleted:
+            d.ledger.unexpire(self.name)  # the next start check tries the delete again
+
+
+@dataclasses.dataclass(eq=False)
+class Stuck(DeletesJob):
+    """A driver that never started within the start deadline: reported, and its Job deleted."""
+
+    kind: ClassVar[str] = "stuck"
+
+    def prepare(self, d: Dispatcher, token: str | None) -> bool:
+        if self.body is None:  # read even without a token: the log line says why it never started
+            self.body = self._gather(d, None)
+        # The token and the report's detail are read first: the Secret and the pod go with the Job.
+        return self.delete_job(d, uid="", why="the job of a driver that never started")
+
+
+@dataclasses.dataclass(eq=False)
+class Refused(Report):
+    """A run whose Job the apiserver refused for good: reported failed with the refusal."""
+
+    kind: ClassVar[str] = "refused"
+
+    @classmethod
+    def of(cls, name: str, job_id: str, why: str) -> Refused:
+        body = {"status": "failed", "error": {"source": "dispatcher", "reason": "DispatchFailed",
+                                              "message": f"the driver Job could not be created: {why}"}}
+        return cls(name, job_id, body=body)
+
+
+@dataclasses.dataclass(eq=False)
+class Orphan(DeletesJob):
+    """A Job that can never have its token: deleted by its uid, unreported (its driver never ran)."""
+
+    uid: str = ""
+
+    kind: ClassVar[str] = "orphan"
+
+    def step(self, d: Dispatcher) -> bool:
+        return self.delete_job(d, uid=self.uid, why="a driver job without its token")
