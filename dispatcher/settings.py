@@ -56,7 +56,7 @@ VARIABLES: tuple[tuple[str, str | None, str], ...] = (
      "The driver's sandbox namespace; passed through, and reaped in as well."),
     ("TCAB_K8S_*", "", "Every such variable is passed through to the driver unchanged."),
     ("TCAB_CONTAINER_*", "", "Every such variable (the run-image selection) is passed through to the driver unchanged."),
-    ("KUBECONFIG", "in-cluster config", "Standard kubeconfig path; unset inside the cluster."),
+    ("KUBECONFIG", "in-cluster config", "Standard kubeconfig path; unset inside the cluster (outside one: ~/.kube/config)."),
 )
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
