@@ -166,8 +166,7 @@ class Informer:
                 log.info("watch expired, relisting", extra={"resource": self.resource.plural})
                 self._rv = None
             except Exception as exc:  # the API is down or refused: back off, relist
-                log.warning("list/watch failed; relisting after a pause",
-                            extra={"resource": self.resource.plural, "error": str(exc)})
+                log.warning("list/watch failed: %s", exc, extra={"resource": self.resource.plural})
                 self._rv = None
                 self.stop.wait(self.backoff.next_delay())
 

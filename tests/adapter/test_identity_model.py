@@ -37,7 +37,7 @@ class Store(kube.Client):
     """One TrainJob behind resourceVersion preconditions; I/O only."""
 
     def __init__(self, trainjob: dict) -> None:
-        super().__init__(api_client=None)
+        # No transport: every call it serves is overridden below (read_modify_write uses get and replace).
         self.obj = trainjob
         self.rv = 1
         self.obj["metadata"]["resourceVersion"] = "1"
