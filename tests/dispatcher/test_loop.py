@@ -6,6 +6,7 @@ tests (test_cluster.py, test_pipelining.py, test_token_leak.py) remain the proof
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -185,3 +186,11 @@ def test_the_create_result_is_named_and_keeps_the_token_out_of_its_repr() -> Non
     result = create.Created(create.Outcome.CREATED, "tcab-run-r", claim, uid="u", latency=0.01)
     assert (result.outcome, result.uid, result.why) == (create.Outcome.CREATED, "u", "")
     assert "s3cr3t-t0ken" not in repr(result)
+
+
+@pytest.mark.parametrize("method", ["create", "get", "delete", "each", "list", "watch", "read_log", "close"])
+def test_the_fake_takes_the_shared_client_s_arguments(method: str) -> None:
+    """The stand-in answers the calls the real client takes, argument for argument."""
+    real = inspect.signature(getattr(kube.Client, method)).parameters
+    fake = inspect.signature(getattr(fakekube.FakeClient, method)).parameters
+    assert [(p.name, p.kind) for p in fake.values()] == [(p.name, p.kind) for p in real.values()]
