@@ -421,7 +421,6 @@ def load(*, kubeconfig: str | None = None, context: str | None = None, pool_size
         # The config library raises several unrelated types for one user mistake.
         where = path or ("in-cluster" if os.environ.get("KUBERNETES_SERVICE_HOST") else "~/.kube/config")
         raise ConfigError(f"cannot load a cluster config from {where}: {exc}") from None
-    configuration.retries = False  # Client.raw owns the retries
     configuration.connection_pool_maxsize = pool_size
     return Client(kubernetes.client.ApiClient(configuration), retries=retries)
 
