@@ -137,6 +137,12 @@ def error(status: int, body: bytes | str | None) -> ApiError:
     return _ERRORS.get(status, ApiError)(status, reason, message)
 
 
+def _selectors(label_selector: str | None, field_selector: str | None) -> Query:
+    """The query parameters of a list's or a watch's selectors (none for an empty one)."""
+    return [(key, value) for key, value in (("labelSelector", label_selector), ("fieldSelector", field_selector))
+            if value]
+
+
 def _transport_error(exc: BaseException) -> Unavailable:
     return Unavailable(f"{type(exc).__name__}: {exc}")
 
@@ -251,11 +257,7 @@ class Client:
               field_selector: str | None = None, limit: int = 500) -> Iterator[Obj]:
         """The list's pages (each the apiserver's answer), `limit` items at a time:
         a large list never sits in memory whole."""
-        query: Query = [("limit", str(limit))]
-        if label_selector:
-            query.append(("labelSelector", label_selector))
-        if field_selector:
-            query.append(("fieldSelector", field_selector))
+        query: Query = [("limit", str(limit)), *_selectors(label_selector, field_selector)]
         while True:
             page = self.request("GET", res.path(namespace=namespace), query=query)
             yield page
@@ -309,11 +311,8 @@ class Client:
             ("resourceVersion", resource_version),
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(timeout_seconds)),
+            *_selectors(label_selector, field_selector),
         ]
-        if label_selector:
-            query.append(("labelSelector", label_selector))
-        if field_selector:
-            query.append(("fieldSelector", field_selector))
         timeout = urllib3.Timeout(connect=TIMEOUT[0], read=timeout_seconds + 30)
         resp = self._send("GET", res.path(namespace=namespace), query=query, timeout=timeout, stream=True)
         try:

@@ -43,6 +43,7 @@ class Report(task.Task):
     """A report to send with the run's token."""
 
     body: Obj | None = None
+    job: Obj | None = dataclasses.field(default=None, repr=False)  # the Job as last seen, for the body
 
     TABLE: ClassVar[str] = "reports"
     max_attempts: ClassVar[int | None] = MAX_REPORT_ATTEMPTS
@@ -66,14 +67,14 @@ class Report(task.Task):
             d.tokens[self.name] = token
         return token
 
-    def _gather(self, d: Dispatcher, job: Obj | None) -> Obj:
-        return reporter.gather(d.kube, namespace=d.config.namespace, kind=self.kind, job_name=self.name, job=job,
+    def _gather(self, d: Dispatcher) -> Obj:
+        return reporter.gather(d.kube, namespace=d.config.namespace, kind=self.kind, job_name=self.name, job=self.job,
                                tail_lines=d.config.log_tail_lines, start_deadline=d.config.driver_start_deadline)
 
     def prepare(self, d: Dispatcher, token: str | None) -> bool:
         """Read what the body needs (once); False to try again later."""
         if self.body is None and token is not None:
-            self.body = self._gather(d, None)
+            self.body = self._gather(d)
         return True
 
     def step(self, d: Dispatcher) -> bool:
@@ -116,16 +117,10 @@ class Death(Report):
     """A driver Job that failed ("failed") or was deleted before it finished ("vanished")."""
 
     cause: str = "failed"
-    job: Obj | None = dataclasses.field(default=None, repr=False)
 
     @property  # type: ignore[override]
     def kind(self) -> str:
         return self.cause
-
-    def prepare(self, d: Dispatcher, token: str | None) -> bool:
-        if self.body is None and token is not None:
-            self.body = self._gather(d, self.job)
-        return True
 
 
 @dataclasses.dataclass(eq=False)
@@ -162,7 +157,7 @@ class Stuck(DeletesJob):
 
     def prepare(self, d: Dispatcher, token: str | None) -> bool:
         if self.body is None:  # read even without a token: the log line says why it never started
-            self.body = self._gather(d, None)
+            self.body = self._gather(d)
         # The token and the report's detail are read first: the Secret and the pod go with the Job.
         return self.delete_job(d, uid="", why="the job of a driver that never started")
 
