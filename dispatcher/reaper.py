@@ -35,10 +35,6 @@ BATCH = 50  # runs per list: keeps the selector (and so the request line) a few 
 PAGE = 100
 
 
-def selector(job_id: str) -> str:
-    return f"{names.JOB_ID_LABEL}={jobspec.job_id_label(job_id)},{names.MANAGED_BY_LABEL}={names.DRIVER_MANAGED_BY}"
-
-
 def is_sandbox(pod: Obj, *, job_id: str, driver_job: str) -> bool:
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}

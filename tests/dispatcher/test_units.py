@@ -195,7 +195,8 @@ def test_the_reap_guard_never_selects_the_driver_pod() -> None:
     mislabelled = {"metadata": {"labels": {**sandbox["metadata"]["labels"], names.JOB_NAME_LABEL: "tcab-run-7f3a"}}}
     assert not reaper.is_sandbox(mislabelled, job_id="7f3a", driver_job="tcab-run-7f3a")
     assert not reaper.is_sandbox(sandbox, job_id="other", driver_job="tcab-run-other")
-    assert reaper.selector("7f3a") == "test-cabinet/job-id=7f3a,app.kubernetes.io/managed-by=test-cabinet-driver"
+    assert reaper.batch_selector(["7f3a", "01b2", "7f3a"]) == (
+        "test-cabinet/job-id in (01b2,7f3a),app.kubernetes.io/managed-by=test-cabinet-driver")
 
 
 def waiting_pod(reason: str | None, *, created: str = "2030-01-01T00:00:00Z", phase: str = "Pending",
