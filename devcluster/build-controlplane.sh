@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local cluster's control plane (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler) and the kubectl of the same release
+# kube-controller-manager, kube-scheduler), its node agents (kubelet, kube-proxy)
+# and the kubectl of the same release
 # from the Go module beside this script into a cache outside the repo, and does
 # nothing when the cache already holds that exact set.
 #
@@ -34,7 +35,7 @@ stamp=$bin_dir/.stamp
 sum=$(sha256sum go.sum | cut -c1-16)
 want="kubernetes=$k8s_version etcd=$etcd_version go.sum=$sum"
 
-binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 missing=()
 for b in "${binaries[@]}"; do
   if [[ -n ${KUBEBUILDER_ASSETS:-} && -x $KUBEBUILDER_ASSETS/$b ]]; then
