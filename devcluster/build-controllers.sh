@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the controllers the end-to-end suite runs for real - Kubeflow
-# Trainer's controller manager, JobSet's controller, Kueue's manager and kwok -
+# Trainer's controller manager, JobSet's controller, Kueue's manager, kwok (for
+# scale tests only) and the node's container runtime, containerd with its runc
+# shim and its ctr client -
 # from their own Go modules at pinned versions into a cache outside the repo,
 # and does nothing when the cache already holds that exact set.
 #
@@ -26,6 +28,9 @@ trainer-controller-manager github.com/kubeflow/trainer/v2@v2.3.0 ./cmd/trainer-c
 jobset-controller sigs.k8s.io/jobset@v0.12.0 .
 kueue sigs.k8s.io/kueue@v0.19.2 ./cmd/kueue
 kwok sigs.k8s.io/kwok@v0.8.0 ./cmd/kwok
+containerd github.com/containerd/containerd/v2@v2.4.2 ./cmd/containerd
+containerd-shim-runc-v2 github.com/containerd/containerd/v2@v2.4.2 ./cmd/containerd-shim-runc-v2
+ctr github.com/containerd/containerd/v2@v2.4.2 ./cmd/ctr
 '
 
 command -v go >/dev/null || { echo "build-controllers.sh: go is not installed (need go >= 1.26)" >&2; exit 1; }

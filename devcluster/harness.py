@@ -79,6 +79,13 @@ CONTROLLERS = (
     "namespace-controller",
 )
 
+# With a real node, also the node-lifecycle controller: it lifts the not-ready taint the apiserver
+# puts on a new Node once the kubelet reports Ready (without it nothing schedules there).
+NODE_CONTROLLERS = ("node-lifecycle-controller",)
+
+SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"  # the kubernetes Service's ClusterIP: the first address of SERVICE_CIDR
+
 # PodTemplates bypass the watch cache, so a watch on them is served by etcd and
 # an etcd compaction makes an old resourceVersion 410 Gone deterministically.
 # Nothing in the project uses PodTemplates; every other resource keeps its cache.
@@ -265,6 +272,13 @@ def _write_kubeconfig(path: pathlib.Path, *, server: str, ca_file: str, user: di
 class _Pki:
     """A throwaway CA and the certificates signed by it, made with the openssl CLI."""
 
+    @classmethod
+    def reopen(cls, directory: pathlib.Path) -> _Pki:
+        """The CA already made in DIRECTORY."""
+        pki = cls.__new__(cls)
+        pki.dir = directory
+        return pki
+
     def __init__(self, directory: pathlib.Path) -> None:
         self.dir = directory
         directory.mkdir(parents=True, exist_ok=True)
@@ -280,15 +294,18 @@ class _Pki:
         if proc.returncode != 0:
             raise HarnessError(f"openssl {args[0]} failed: {proc.stderr.strip()}")
 
-    def issue(self, name: str, *, subject: str, server: bool = False) -> tuple[str, str]:
-        """Sign a key pair for `subject`; a server cert is valid for 127.0.0.1 and localhost."""
+    def issue(self, name: str, *, subject: str, server: bool = False,
+              sans: tuple[str, ...] = ()) -> tuple[str, str]:
+        """Sign a key pair for `subject`; a server cert is valid for 127.0.0.1, localhost and SANS
+        (each `IP:<address>` or `DNS:<name>`)."""
         self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{name}.key")
         self._openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr")
         ext = self.dir / f"{name}.ext"
         usage = "serverAuth" if server else "clientAuth"
         lines = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature", f"extendedKeyUsage={usage}"]
         if server:
-            lines.append("subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc")
+            lines.append("subjectAltName=" + ",".join(("IP:127.0.0.1", "DNS:localhost", "DNS:kubernetes.default.svc",
+                                                       *sans)))
         ext.write_text("\n".join(lines) + "\n")
         self._openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
                       "-CAcreateserial", "-days", "2", "-extfile", ext.name, "-out", f"{name}.crt")
@@ -380,8 +397,11 @@ class ControlPlane:
     """
 
     def __init__(self, *, bin_dir: pathlib.Path | None = None, workdir: pathlib.Path | None = None,
-                 scheduler: bool = True, crds: bool = True, detach: bool = False) -> None:
+                 scheduler: bool = True, crds: bool = True, detach: bool = False,
+                 node_ip: str | None = None) -> None:
         self.bin_dir = bin_dir or build_binaries()
+        # With a node address, the plane serves real nodes (devcluster/node.py): see _node_flags.
+        self.node_ip = node_ip
         self._own_workdir = workdir is None
         self.workdir = pathlib.Path(workdir or tempfile.mkdtemp(prefix="dispatch-cp-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -421,14 +441,15 @@ class ControlPlane:
     def _start(self) -> None:
         pki = _Pki(self.workdir / "pki")
         self.ca_file = pki.path("ca.crt")
-        serving = pki.issue("apiserver", subject="/CN=kube-apiserver", server=True)
+        node_sans = (f"IP:{self.node_ip}", f"IP:{SERVICE_IP}") if self.node_ip else ()
+        serving = pki.issue("apiserver", subject="/CN=kube-apiserver", server=True, sans=node_sans)
         self._admin_cert = pki.issue("admin", subject="/O=system:masters/CN=dispatch-admin")
         kcm_cert = pki.issue("kcm", subject="/CN=system:kube-controller-manager")
         sched_cert = pki.issue("scheduler", subject="/CN=system:kube-scheduler")
 
         client_port, peer_port, api_port = free_port(), free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client_port}"
-        self.server = f"https://127.0.0.1:{api_port}"
+        self.server = f"https://{self.node_ip or '127.0.0.1'}:{api_port}"
         peer = f"http://127.0.0.1:{peer_port}"
         self._add("etcd", [
             str(binary("etcd", self.bin_dir)),
@@ -445,17 +466,16 @@ class ControlPlane:
         self._add("kube-apiserver", [
             str(binary("kube-apiserver", self.bin_dir)),
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={api_port}",
-            # No kubernetes Service endpoints: a loopback advertise address is refused by the reconciler.
-            "--endpoint-reconciler-type=none",
+            f"--secure-port={api_port}",
+            *self._address_flags(),
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--tls-cert-file={serving[0]}", f"--tls-private-key-file={serving[1]}",
             f"--client-ca-file={self.ca_file}",
-            "--authorization-mode=RBAC",
+            *self._authorization_flags(pki),
             f"--service-account-key-file={pki.path('sa.pub')}",
             f"--service-account-signing-key-file={pki.path('sa.key')}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            "--service-cluster-ip-range=10.0.0.0/24",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
             # Reach a node's "kubelet" (kwok's server in the e2e stack: pod logs) at its InternalIP,
             # not at its Hostname, which is a node name nothing resolves.
@@ -477,7 +497,7 @@ class ControlPlane:
             "--bind-address=127.0.0.1", "--secure-port=0",  # no serving endpoint needed
             "--leader-elect=false",
             "--use-service-account-credentials=true",
-            f"--controllers={','.join(CONTROLLERS)}",
+            f"--controllers={','.join(CONTROLLERS + (NODE_CONTROLLERS if self.node_ip else ()))}",
             f"--service-account-private-key-file={pki.path('sa.key')}",
             f"--root-ca-file={self.ca_file}",
             # Its client's default 20 requests/s let the garbage collector delete about 13 owned objects a
@@ -503,6 +523,28 @@ class ControlPlane:
             if self._crds:
                 install_crds(api)
             self._wait_controller_manager(api)
+
+    def _address_flags(self) -> list[str]:
+        if not self.node_ip:
+            # No kubernetes Service endpoints: a loopback advertise address is refused by the reconciler.
+            return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]
+        # Pods reach the apiserver through the kubernetes Service (kube-proxy on the node), whose
+        # endpoint the lease reconciler keeps at the advertise address: the node's own address.
+        return [f"--bind-address={self.node_ip}", f"--advertise-address={self.node_ip}"]
+
+    def _authorization_flags(self, pki: _Pki) -> list[str]:
+        if not self.node_ip:
+            return ["--authorization-mode=RBAC"]
+        # A kubelet is authorized as a node (its own pods, their Secrets and tokens, its Node), and
+        # the apiserver reaches the kubelet (logs, exec) with a client certificate of its own.
+        client = pki.issue("apiserver-kubelet-client", subject="/O=system:masters/CN=kube-apiserver-kubelet-client")
+        return ["--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+                f"--kubelet-client-certificate={client[0]}", f"--kubelet-client-key={client[1]}",
+                f"--kubelet-certificate-authority={self.ca_file}"]
+
+    def issue(self, name: str, *, subject: str, server: bool = False, sans: tuple[str, ...] = ()) -> tuple[str, str]:
+        """A certificate signed by the plane's CA (for a node's kubelet and kube-proxy)."""
+        return _Pki.reopen(self.workdir / "pki").issue(name, subject=subject, server=server, sans=sans)
 
     def _add(self, name: str, argv: list[str]) -> _Process:
         proc = _Process(name, argv, self.log_dir)

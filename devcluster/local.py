@@ -1,21 +1,22 @@
 """The local cluster for a person: `toolkit cluster up|down|status`.
 
-`up` starts the control plane and the real controllers (Trainer, JobSet,
-Kueue with its TrainJob integration, kwok with two nodes, our admission-check
-controller) and the pod runner (devcluster/podrunner.py: every Running pod's
-containers run in podman) in the background, writes the admin kubeconfig and
-records every process group in `<state>/pids.json`; `down` kills those groups and removes
-the state; `status` says whether the recorded processes live.
+`up` starts the control plane, the real controllers (Trainer, JobSet, Kueue with its TrainJob
+integration, our admission-check controller) and one real node (devcluster/node.py: the kubelet
+and kube-proxy of the same release, containerd, runc) in the background, writes the admin
+kubeconfig and records every process group in `<state>/pids.json`; `down` deletes the pods (so
+the kubelet tears each one down), kills those groups and sweeps the host clean; `status` says
+whether the recorded processes live.
 
-`start` is the one way a cluster comes up, for `up`, `make demo` and the e2e
-tests alike: the control plane, then the controllers on it, then the kwok
-nodes; if any step fails, what it started is stopped before the error goes on.
+`start` is the one way a cluster comes up, for `up`, `make demo` and the e2e tests alike: the
+host's node slot (one node per host), a sweep of anything an earlier node left (a crash, a
+SIGKILL), the node address, the control plane, the controllers on it, then the node; if any
+step fails, what it started is stopped and the host swept before the error goes on.
 
-Invariants: at most one cluster per state directory (a second `up` is refused
-while `pids.json` exists); `pids.json` is written only after every component
-is ready, and a failed `up` stops what it started; every refusal is one line
-naming its cause (podman missing, the cache or state directory not writable,
-a cluster already up).
+Invariants: at most one cluster per state directory (a second `up` is refused while `pids.json`
+exists) and one node per host (devcluster/node.py's lock); `pids.json` is written only after
+every component is ready, and a failed `up` stops what it started; every refusal is one line
+naming its cause (not root, no memory cgroup, a node port in use, podman or a binary missing, the
+cache or state directory not writable, a cluster already up).
 """
 
 from __future__ import annotations
@@ -26,9 +27,15 @@ import os
 import pathlib
 import shutil
 
-from devcluster import harness, stack as stack_mod
+from devcluster import harness, node as node_mod, stack as stack_mod
 
-NODES = ("kwok-node-0", "kwok-node-1")
+# The images the local cluster's pods use, moved from podman's store into the node's containerd.
+NODE_IMAGES = (
+    "localhost/dispatch-base/busybox:1.35-static",
+    "localhost/dispatch/sidecar:dev",
+    "localhost/dispatch/sample-trainer:busybox",
+    "localhost/dispatch/sample-trainer:python",
+)
 KUBECTL = "kubectl"  # built by build-controlplane.sh beside the control plane, from the same release
 
 
@@ -55,6 +62,8 @@ def _writable(path: pathlib.Path, what: str) -> None:
 
 def preflight() -> None:
     """The causes a newcomer meets first, each as one line, before anything starts."""
+    if os.geteuid() != 0:
+        raise ClusterError("the local cluster runs a real node, which needs root: run as root")
     for tool in ("podman", "go", "openssl"):
         if shutil.which(tool) is None:
             raise ClusterError(f"{tool} is not installed (run `make deps`)")
@@ -70,22 +79,37 @@ class Status:
     dead: list[str]
 
 
-def start(plane: harness.ControlPlane, *, kueue: bool = True,
-          controllers: pathlib.Path | None = None) -> stack_mod.Stack:
-    """Start PLANE, the controllers on it (Kueue and ours too if KUEUE) and the NODES.
+def start(*, kueue: bool = True, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
+          workdir: pathlib.Path | None = None, detach: bool = False, wait_for_node: bool = True,
+          images: tuple[str, ...] = NODE_IMAGES) -> stack_mod.Stack:
+    """Start the control plane, the controllers on it (Kueue and ours too if KUEUE) and the real
+    node; return the Stack (its `plane` and `node` attributes are the other two).
 
-    On any failure, stops what it started (the stack, then the plane) and re-raises."""
+    WAIT_FOR_NODE: wait while another cluster's node holds this host (tests), else refuse at once.
+    On any failure, stops what it started and sweeps the host, then re-raises."""
+    plane_bin = plane_bin or harness.build_binaries()
+    controllers = controllers or stack_mod.build_binaries()
+    node_mod.preflight(bin_dirs=(plane_bin, controllers))
+    lock = node_mod.host_lock(wait=wait_for_node)
+    plane = harness.ControlPlane(bin_dir=plane_bin, workdir=workdir, detach=detach, node_ip=node_mod.NODE_IP)
     running: stack_mod.Stack | None = None
+    node: node_mod.Node | None = None
     try:
+        swept = node_mod.sweep()
+        node_mod.prepare_host()
         plane.start()
         running = stack_mod.Stack(plane, kueue=kueue, bin_dir=controllers).start()
-        with plane.api_client() as api:
-            for node in NODES:
-                running.add_node(api, node)
+        node = node_mod.Node(plane, plane_bin=plane_bin, controllers_bin=controllers, images=images,
+                             cache=cache_dir(), lock_fd=lock)
+        running.node = node.start()
+        running.swept = swept
         return running
     except BaseException:
         if running is not None:
             running.stop()
+        if node is None:
+            node_mod.sweep()
+            os.close(lock)
         plane.stop()
         raise
 
@@ -101,29 +125,21 @@ def up() -> pathlib.Path:
                            "run `toolkit cluster down` first")
     shutil.rmtree(state, ignore_errors=True)
     try:
-        plane = harness.ControlPlane(workdir=state, detach=True)
+        plane_bin = harness.build_binaries()
         controllers = stack_mod.build_binaries()
-    except harness.HarnessError as e:
-        raise ClusterError(str(e).splitlines()[0]) from None
-    try:
-        running = start(plane, controllers=controllers)
+        running = start(plane_bin=plane_bin, controllers=controllers, workdir=state, detach=True,
+                        wait_for_node=False)
     except (harness.HarnessError, OSError) as e:
-        shutil.rmtree(state, ignore_errors=True)
-        raise ClusterError(str(e).splitlines()[0]) from None
-    try:
-        running.start_pod_runner()  # a person's pods run for real; the demo and the tests run their own
-    except (harness.HarnessError, OSError) as e:
-        running.stop()
-        plane.stop()
         shutil.rmtree(state, ignore_errors=True)
         raise ClusterError(str(e).splitlines()[0]) from None
     (state / "bin").mkdir(exist_ok=True)
-    (state / "bin" / KUBECTL).symlink_to(harness.binary(KUBECTL, plane.bin_dir))
-    groups = {**plane.pids(), **dict(running.started)}
+    (state / "bin" / KUBECTL).symlink_to(harness.binary(KUBECTL, running.plane.bin_dir))
+    assert running.node is not None
+    groups = {**running.plane.pids(), **dict(running.started), **dict(running.node.started)}
     tmp = state / "pids.json.tmp"
     tmp.write_text(json.dumps(groups))
     tmp.replace(state / "pids.json")
-    return pathlib.Path(plane.kubeconfig)
+    return pathlib.Path(running.plane.kubeconfig)
 
 
 def status() -> Status:
@@ -138,12 +154,22 @@ def status() -> Status:
 
 
 def down() -> bool:
-    """Kill every recorded process group and remove the state; False if none was up."""
+    """Delete the pods, kill every recorded process group, sweep the host and remove the state;
+    False if no cluster was up (the host is swept all the same)."""
     state = state_dir()
     pids_file = state / "pids.json"
     was_up = pids_file.exists()
     if was_up:
+        kubeconfig = state / "admin.kubeconfig"
+        if kubeconfig.exists():
+            node_mod.delete_pods(str(kubeconfig), timeout=30.0)
         for pgid in reversed(list(json.loads(pids_file.read_text()).values())):
             harness._kill_group(pgid)
+    if os.geteuid() == 0:
+        lock = node_mod.host_lock(wait=True)
+        try:
+            node_mod.sweep()
+        finally:
+            os.close(lock)
     shutil.rmtree(state, ignore_errors=True)
     return was_up

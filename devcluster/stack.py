@@ -1,6 +1,8 @@
 """The real controllers on top of the test control plane: Kubeflow Trainer's
-controller manager, JobSet's controller, Kueue's manager and kwok, each built
-by devcluster/build-controllers.sh from its own Go module at its pinned release.
+controller manager, JobSet's controller, Kueue's manager and, for scale tests
+only, kwok, each built by devcluster/build-controllers.sh from its own Go
+module at its pinned release. The pods run on the real node
+(devcluster/node.py) that `local.start` adds; `stop()` stops it too.
 
 None of the three controllers works without its admission webhooks, so they
 are served for real, on loopback, the way controller-runtime's envtest does it
@@ -11,15 +13,11 @@ read from its module's manifests (with its kustomize patches applied), are
 installed with `clientConfig.url: https://127.0.0.1:<port><path>` and the CA
 bundle instead of a Service.
 
-kwok drives the fake nodes and their pods through Stages: kwok's own
-node-initialize, pod-ready and pod-delete stages (read from its module), and
-one of ours, `pod-exit`, which ends a Running pod with the exit code the test
-wrote into the EXIT_CODE_ANNOTATION: the exit code of the real container the
-test ran for that pod (devcluster/execute.py), and the reason in the
-EXIT_REASON_ANNOTATION if there is one. kwok also plays the kubelet's server
-(TLS, on loopback, its nodes' InternalIP and port): `pods/log` of any
-container named `driver` answers with `driver_log`, a CRI-format file the test
-writes (kwok's ClusterLogs).
+kwok (`kwok=True`) simulates many nodes for tests and benches whose point is
+scale: thousands of objects, no containers. It is not a kubelet, and nothing
+that claims how a pod behaves is tested on it: kwok's own node-initialize,
+pod-ready and pod-delete stages (read from its module) only mark its pods
+Running and delete them.
 
 Invariants:
 - Every port (webhook, metrics, health) is a free port chosen here; nothing
@@ -52,7 +50,6 @@ import kubernetes.client
 import yaml
 
 from devcluster import harness
-from devcluster import execute
 
 HERE = pathlib.Path(__file__).resolve().parent
 READY_TIMEOUT_SECONDS = 120.0
@@ -62,11 +59,6 @@ JOBSET = ("sigs.k8s.io/jobset", "v0.12.0")
 KUEUE = ("sigs.k8s.io/kueue", "v0.19.2")
 KWOK = ("sigs.k8s.io/kwok", "v0.8.0")
 
-# The pod annotation our kwok stage turns into the container's termination.
-EXIT_CODE_ANNOTATION = "e2e.dispatch.phpboyscout.uk/exit-code"
-EXIT_REASON_ANNOTATION = "e2e.dispatch.phpboyscout.uk/exit-reason"
-# The container whose log kwok serves from `Stack.driver_log`.
-LOGGED_CONTAINER = "driver"
 # Nodes kwok manages carry this annotation (kwok's own convention).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
@@ -132,7 +124,7 @@ def _install_webhooks(api: kubernetes.client.ApiClient, docs: list[dict[str, Any
 
 
 class Stack:
-    """Trainer + JobSet (+ Kueue) + kwok against a started control plane.
+    """Trainer + JobSet (+ Kueue) (+ kwok) against a started control plane.
 
     `kueue=True` also runs Kueue with the TrainJob integration (its
     configuration is written here; a scenario sets up its queues itself) and
@@ -141,10 +133,14 @@ class Stack:
     concern (deployments/k8s/base), not this one's.
     """
 
-    def __init__(self, plane: Any, *, kueue: bool = False, bin_dir: pathlib.Path | None = None) -> None:
+    def __init__(self, plane: Any, *, kueue: bool = False, kwok: bool = False,
+                 bin_dir: pathlib.Path | None = None) -> None:
         self.plane = plane
         self.bin_dir = bin_dir or build_binaries()
         self.kueue = kueue
+        self.kwok = kwok
+        self.node: Any = None  # the real node (devcluster/node.py), set by local.start
+        self.swept: list[str] = []  # what the start had to clean up after an earlier node
         self.workdir = pathlib.Path(plane.workdir) / "e2e"
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._procs: dict[str, harness._Process] = {}
@@ -152,7 +148,6 @@ class Stack:
         self._webhooks: list[dict[str, Any]] = []
         self.cert_dir = self.workdir / "webhook-certs"
         self.ca_bundle = ""
-        self.driver_log = self.workdir / "driver-container.log"
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -170,7 +165,8 @@ class Stack:
                 self._start_trainer(api)
                 if self.kueue:
                     self._start_kueue(api)
-            self._start_kwok()
+            if self.kwok:
+                self._start_kwok()
             if self.kueue:
                 self._start_dispatch_controller()
         except BaseException:
@@ -196,26 +192,19 @@ class Stack:
         self._webhooks = []
         for name in reversed(list(self._procs)):
             self._procs[name].stop()
-
-    def start_pod_runner(self) -> None:
-        """Run every pod kwok has Running, for real, in podman (devcluster/podrunner.py): for a
-        cluster a person uses; the demo and the e2e tests run their pods themselves."""
-        self._run("podrunner", [sys.executable, "-m", "devcluster.podrunner", "--kubeconfig", self.plane.kubeconfig,
-                                "--log-dir", str(pathlib.Path(self.plane.log_dir) / "pods")],
-                  env={"HOME": os.environ.get("HOME", "/root")})
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while "podrunner: running pods in podman" not in self._procs["podrunner"].tail():
-            self._procs["podrunner"].check_alive()
-            if time.monotonic() > deadline:
-                raise harness.HarnessError(f"the pod runner did not start\n{self._procs['podrunner'].tail()}")
-            time.sleep(0.1)
+        if self.node is not None:
+            node, self.node = self.node, None
+            node.stop()
 
     def logs(self, *, lines: int = 200) -> str:
-        return "\n".join(f"---- {name} ({p.log_path})\n{p.tail(lines)}" for name, p in self._procs.items())
+        text = "\n".join(f"---- {name} ({p.log_path})\n{p.tail(lines)}" for name, p in self._procs.items())
+        return text + ("\n" + self.node.logs(lines=lines) if self.node is not None else "")
 
     def check_alive(self) -> None:
         for proc in self._procs.values():
             proc.check_alive()
+        if self.node is not None:
+            self.node.check_alive()
 
     # -- pieces ------------------------------------------------------------
 
@@ -363,13 +352,9 @@ class Stack:
         root = harness.module_dir(*KWOK) / "kustomize/stage"
         stages = [*_yaml_docs(root / "node/fast/node-initialize.yaml"),
                   *_yaml_docs(root / "pod/fast/pod-ready.yaml"),
-                  *_yaml_docs(root / "pod/fast/pod-delete.yaml"),
-                  *_yaml_docs(HERE / "kwok-stages.yaml")]
-        self.driver_log.write_text("")
-        logs = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "e2e-driver"},
-                "spec": {"logs": [{"containers": [LOGGED_CONTAINER], "logsFile": str(self.driver_log)}]}}
+                  *_yaml_docs(root / "pod/fast/pod-delete.yaml")]
         config = self.workdir / "kwok.yaml"
-        config.write_text(yaml.safe_dump_all([*stages, logs]))
+        config.write_text(yaml.safe_dump_all(stages))
         port = harness.free_port()
         self._run("kwok", [
             str(self.bin_dir / "kwok"), f"--kubeconfig={self.plane.kubeconfig}", f"--config={config}",
@@ -429,20 +414,13 @@ def still_running(groups: list[tuple[str, int]]) -> list[str]:
     return alive
 
 
-def leftovers(groups: list[tuple[str, int]]) -> list[str]:
-    """What a session left behind: live process groups, its containers that still exist."""
-    return [*still_running(groups), *(f"podman container {name}" for name in execute.leftover_containers())]
-
-
 def clean_up(groups: list[tuple[str, int]]) -> None:
-    """SIGKILL the groups, remove the session's containers."""
+    """SIGKILL the groups."""
     for _, pgid in groups:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    for name in execute.leftover_containers():
-        execute.podman("rm", "--force", "--time=0", name)
 
 
 def _kueue_wants(hook: dict[str, Any]) -> bool:

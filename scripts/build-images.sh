@@ -7,6 +7,7 @@
 #            busybox.config): Alpine's pair
 #   debian   debootstrap --variant=minbase bookworm (/bin/sh is dash)
 #   scratch  one static test binary and no /bin/sh, to show how that fails
+#   pause    the local node's pod sandbox (images/base/pause/pause.c), static
 #   python   Debian's python3.11 on the debian minbase (images/base/python), the
 #            base of the sidecar, dispatcher and controller images
 # then images/sample-trainer.Containerfile on each of the four with /bin/sh
@@ -174,6 +175,18 @@ build_scratch() {
   rm -rf "$root"
 }
 ensure localhost/dispatch-base/scratch:no-sh build_scratch images/base/scratch/hello.c
+
+# --- pause: the sandbox image of the local node's containerd -----------------
+# build_pause NAME HASH: images/base/pause/pause.c, static with musl, alone.
+build_pause() {
+  local root
+  root=$(mktemp -d)
+  chmod 0755 "$root"
+  musl-gcc -static -Os -s -o "$root/pause" images/base/pause/pause.c
+  import_rootfs "$1" "$2" "$root" '["/pause"]'
+  rm -rf "$root"
+}
+ensure localhost/dispatch-base/pause:1 build_pause images/base/pause/pause.c
 
 # --- python: the base of our own daemon images (sidecar, dispatcher) --------
 # build_python NAME HASH: images/base/python on the debian minbase, with

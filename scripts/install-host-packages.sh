@@ -7,6 +7,7 @@ PACKAGES="
   bats-assert bats-support
   strace time hyperfine valgrind
   podman runc uidmap
+  containernetworking-plugins iptables
   debootstrap musl-tools dpkg-dev build-essential
   git ca-certificates openssl curl
 "

@@ -131,6 +131,7 @@ def run(config: settings.Settings) -> int:
     report.log("start", pid=os.getpid(), api=f"{endpoint.host}:{endpoint.port}", credentials=endpoint.source,
                podinfo=config.podinfo_dir, interval_seconds=config.interval_seconds)
     failures = 0
+    started = not config.started_file
     while True:
         try:
             verifier.check()
@@ -155,6 +156,10 @@ def run(config: settings.Settings) -> int:
             error = str(e) if isinstance(e, _CheckFailed) else f"internal error: {type(e).__name__}: {e}"
             report.log("check failed", level="error", error=error, failures=failures,
                        retry_in_seconds=round(delay, 2))
+        if not started:
+            # After the first check, passed or failed: the trainer waits for the check to have
+            # run, never for a verdict (an unreachable apiserver must not hold training back).
+            started = _mark_started(config.started_file)
         if config.max_checks and verifier.checks >= config.max_checks:
             report.log("stop", reason="max checks", checks=verifier.checks, requests=verifier.requests)
             return 0
@@ -165,6 +170,23 @@ def run(config: settings.Settings) -> int:
             report.log("stop", reason=signal.Signals(signo).name, checks=verifier.checks,
                        requests=verifier.requests)
             return 0
+
+
+def _mark_started(path: str) -> bool:
+    try:
+        with open(path, "w", encoding="ascii") as f:
+            f.write("1\n")
+    except OSError as e:
+        report.log("cannot mark the first check done", level="error", file=path, error=str(e))
+        return False
+    report.log("first check done", file=path)
+    return True
+
+
+def started(env: dict[str, str]) -> int:
+    """The startupProbe: 0 once the first check has run (its file exists), else 1."""
+    path = env.get(names.SIDECAR_STARTED_ENV) or names.SIDECAR_STARTED_FILE
+    return 0 if os.path.exists(path) else 1
 
 
 def main() -> int:

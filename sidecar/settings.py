@@ -61,6 +61,9 @@ class Settings:
     backoff_max_seconds: float = DEFAULT_BACKOFF_MAX_SECONDS
     # Test and bench only: stop after this many verdicts (0: never).
     max_checks: int = DEFAULT_MAX_CHECKS
+    # Written once the first check has run, whatever its outcome ("" for none): the pod's
+    # startupProbe waits for it (toolkit/render.py), so the trainer starts after that check.
+    started_file: str = ""
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float, *, low: float, high: float) -> float:
@@ -148,4 +151,5 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         backoff_base_seconds=base,
         backoff_max_seconds=ceiling,
         max_checks=_count(env, "MAX_CHECKS", DEFAULT_MAX_CHECKS, high=10**9),
+        started_file=env.get(ENV_PREFIX + "STARTED_FILE") or "",
     )

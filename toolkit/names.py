@@ -57,3 +57,10 @@ SIDECAR_IMAGE = "localhost/dispatch/sidecar:dev"
 # and `labels` (the pod's, as key="value" lines), `name` and `namespace`.
 PODINFO_VOLUME = "dispatch-podinfo"
 PODINFO_DIR = "/etc/dispatch/podinfo"
+# The sidecar marks its first check done in a file on a memory-backed emptyDir (its root
+# filesystem is read-only); its startupProbe (`python3 -m sidecar --started`) looks for it, so
+# the kubelet starts the trainer only once that first check has run, whatever its verdict.
+SIDECAR_STATE_VOLUME = "dispatch-sidecar-state"
+SIDECAR_STATE_DIR = "/run/dispatch-sidecar"
+SIDECAR_STARTED_FILE = SIDECAR_STATE_DIR + "/started"
+SIDECAR_STARTED_ENV = "DISPATCH_SIDECAR_STARTED_FILE"

@@ -104,9 +104,15 @@ def sidecar_container(*, image: str = names.SIDECAR_IMAGE, env: Sequence[Obj] = 
         "env": [
             _field_env("POD_NAME", "metadata.name"),
             _field_env("POD_NAMESPACE", "metadata.namespace"),
+            {"name": names.SIDECAR_STARTED_ENV, "value": names.SIDECAR_STARTED_FILE},
             *[dict(e) for e in env],
         ],
-        "volumeMounts": [{"name": names.PODINFO_VOLUME, "mountPath": names.PODINFO_DIR, "readOnly": True}],
+        "volumeMounts": [{"name": names.PODINFO_VOLUME, "mountPath": names.PODINFO_DIR, "readOnly": True},
+                         {"name": names.SIDECAR_STATE_VOLUME, "mountPath": names.SIDECAR_STATE_DIR}],
+        # The kubelet starts the trainer once this succeeds: after the sidecar's first check has run
+        # (whatever its verdict). A sidecar that never checks keeps the trainer from starting.
+        "startupProbe": {"exec": {"command": ["python3", "-S", "-m", "sidecar", "--started"]},
+                         "periodSeconds": 1, "timeoutSeconds": 5, "failureThreshold": 120},
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
         # Least privilege: the sidecar image runs as a numeric non-root user (images/sidecar.Containerfile),
         # so the kubelet can check runAsNonRoot before it starts it.
@@ -118,6 +124,11 @@ def sidecar_container(*, image: str = names.SIDECAR_IMAGE, env: Sequence[Obj] = 
             "capabilities": {"drop": ["ALL"]},
         },
     }
+
+
+def sidecar_state_volume() -> Obj:
+    """The sidecar's one writable place (its first-check mark): memory-backed, tiny."""
+    return {"name": names.SIDECAR_STATE_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
 
 
 def podinfo_volume() -> Obj:
@@ -196,4 +207,5 @@ def runtime(
     _upsert(_list_at(pod_spec, "initContainers", f"{runtime_check.NODE_POD_SPEC}.initContainers"),
             sidecar_container(image=sidecar_image))
     _upsert(_list_at(pod_spec, "volumes", f"{runtime_check.NODE_POD_SPEC}.volumes"), podinfo_volume())
+    _upsert(_list_at(pod_spec, "volumes", f"{runtime_check.NODE_POD_SPEC}.volumes"), sidecar_state_volume())
     return out

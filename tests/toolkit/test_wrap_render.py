@@ -124,7 +124,13 @@ def test_shipped_runtimes_are_refused_then_accepted_after_render(trainer_runtime
 def test_sidecar_contract() -> None:
     c = render.sidecar_container(image="img:1")
     assert c["image"] == "img:1" and c["restartPolicy"] == "Always"
-    assert c["volumeMounts"] == [{"name": names.PODINFO_VOLUME, "mountPath": "/etc/dispatch/podinfo", "readOnly": True}]
+    assert c["volumeMounts"] == [{"name": names.PODINFO_VOLUME, "mountPath": "/etc/dispatch/podinfo", "readOnly": True},
+                                 {"name": names.SIDECAR_STATE_VOLUME, "mountPath": "/run/dispatch-sidecar"}]
+    # The trainer waits for the sidecar's first check (its mark file), never for a verdict.
+    assert c["startupProbe"]["exec"]["command"] == ["python3", "-S", "-m", "sidecar", "--started"]
+    assert {"name": "DISPATCH_SIDECAR_STARTED_FILE", "value": "/run/dispatch-sidecar/started"} in c["env"]
+    assert render.sidecar_state_volume() == {"name": names.SIDECAR_STATE_VOLUME,
+                                             "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
     files = {i["path"]: i["fieldRef"]["fieldPath"] for i in render.podinfo_volume()["downwardAPI"]["items"]}
     assert files == {"annotations": "metadata.annotations", "labels": "metadata.labels",
                      "name": "metadata.name", "namespace": "metadata.namespace"}

@@ -1,0 +1,659 @@
+"""A real Kubernetes node on this host, for the local cluster's pods.
+
+The kubelet and kube-proxy of the control plane's own release (build-controlplane.sh), containerd
+2.x with its runc shim (build-controllers.sh), Debian's runc and CNI plugins, and the pause image
+scripts/build-images.sh makes. Every pod of the local cluster runs here, for real: the Downward
+API, native sidecars, restart policies, securityContext, probes, projected ServiceAccount tokens,
+memory limits and OOM kills are the kubelet's own (docs/controlplane.md, "The node").
+
+Invariants:
+- One node per host at a time: `host_lock()` is an exclusive flock held from before the host is
+  touched until after it is restored; a second node waits for it (`wait=True`) or is refused in
+  one line.
+- Everything the node does to the host is recorded before it is done, in `HOST_RECORD` (on /run,
+  so a reboot forgets it with the changes): the sysctls the kubelet rewrites with their old values,
+  the node address added to `lo`, the process groups started. `sweep()` undoes all of it from that
+  record alone, so it also cleans up after a crash (everything SIGKILLed): it kills every process
+  in the node's cgroup tree and every process group recorded, unmounts whatever is mounted under
+  the node's directories (pod volumes, network namespaces, container root filesystems), deletes the
+  CNI bridge, removes kube-proxy's and the kubelet's iptables chains, removes the node address,
+  removes the node's cgroups and restores the sysctls. `Node.stop()` ends with `sweep()`, and
+  `Node.start()` begins with it.
+- Nothing of the host's own is touched beyond that record: the node's cgroups live under
+  `CGROUP_ROOT`, its netns mounts under its containerd state dir, its CNI leases under its own
+  data dir, its sockets and state under `RUN_DIR`; containerd reads no host config (imports = []).
+- Images come from podman's store, never a registry: each one a pod uses is saved from podman and
+  imported into containerd's `k8s.io` namespace when its podman image id differs from the one last
+  imported (containerd's root is kept in the cache, like the binaries, so that is usually never).
+
+The node address: the kubelet refuses a loopback node IP, and the host's own address may be
+anything (or nothing). The node takes `NODE_IP`, from the range RFC 2544 sets aside for
+benchmarking and which is never routed, as a /32 on `lo`: pods reach it through the bridge, the
+apiserver binds to it, and no packet to it leaves the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+import yaml
+
+from devcluster import harness
+
+NODE_NAME = "dispatch-node-0"
+NODE_IP = "198.18.0.1"
+POD_CIDR = "10.244.0.0/24"
+BRIDGE = "dispatch0"
+CNI_NETWORK = "dispatch-pods"
+CGROUP_ROOT = "dispatch-k8s"  # under each hierarchy's root: /sys/fs/cgroup/<controller>/dispatch-k8s
+KUBELET_PORT = 10250
+KUBELET_HEALTHZ_PORT = 10248
+RUN_DIR = pathlib.Path("/run/dispatch-k8s/node")
+VAR_DIR = pathlib.Path("/var/lib/dispatch-k8s/node")
+HOST_RECORD = RUN_DIR / "host.json"
+LOCK_FILE = pathlib.Path("/run/dispatch-k8s/node.lock")
+CNI_BIN_DIR = pathlib.Path("/usr/lib/cni")
+CNI_PLUGINS = ("bridge", "host-local", "loopback")
+PAUSE_IMAGE = "localhost/dispatch-base/pause:1"
+# The sysctls the kubelet sets on start (kernel defaults it protects); put back by sweep().
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+# Chains the kubelet makes as canaries for an iptables flush; kube-proxy's own go with --cleanup.
+KUBELET_CHAINS = (("mangle", "KUBE-KUBELET-CANARY"), ("nat", "KUBE-KUBELET-CANARY"),
+                  ("filter", "KUBE-KUBELET-CANARY"), ("mangle", "KUBE-IPTABLES-HINT"))
+READY_TIMEOUT_SECONDS = 120.0
+STOP_PODS_SECONDS = 60.0
+
+
+class NodeError(harness.HarnessError):
+    """A one-line reason the node cannot start (or a component that failed)."""
+
+
+# -- preflight -------------------------------------------------------------------------
+
+
+def cgroup_version() -> int:
+    """2 when the unified hierarchy holds the memory controller, else 1."""
+    controllers = pathlib.Path("/sys/fs/cgroup/cgroup.controllers")
+    if controllers.exists() and "memory" in controllers.read_text().split():
+        return 2
+    return 1
+
+
+def _v1_hierarchies() -> list[pathlib.Path]:
+    """The mounted cgroup v1 hierarchies (one directory per controller set, no symlinks)."""
+    found = []
+    for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        if right.split()[0] == "cgroup":
+            found.append(pathlib.Path(left.split()[4]))
+    return sorted(set(found))
+
+
+def preflight(*, bin_dirs: tuple[pathlib.Path, pathlib.Path]) -> None:
+    """The reasons a node cannot start here, each one line, before anything is touched."""
+    if os.geteuid() != 0:
+        raise NodeError("a real node needs root (the kubelet and containerd manage mounts, cgroups and "
+                        "network namespaces): run as root")
+    if cgroup_version() == 1 and not any("memory" in p.name.split(",") for p in _v1_hierarchies()):
+        raise NodeError("no cgroup memory controller is mounted (neither cgroup v2 with memory nor a v1 "
+                        "memory hierarchy): the kubelet cannot enforce limits")
+    for tool in ("runc", "iptables", "ip", "podman"):
+        if shutil.which(tool) is None:
+            raise NodeError(f"{tool} is not installed (run `make deps`)")
+    for plugin in CNI_PLUGINS:
+        if not os.access(CNI_BIN_DIR / plugin, os.X_OK):
+            raise NodeError(f"the CNI plugin {CNI_BIN_DIR / plugin} is missing (run `make deps`: "
+                            "containernetworking-plugins)")
+    plane_bin, controllers_bin = bin_dirs
+    for directory, name in ((plane_bin, "kubelet"), (plane_bin, "kube-proxy"),
+                            (controllers_bin, "containerd"), (controllers_bin, "containerd-shim-runc-v2"),
+                            (controllers_bin, "ctr")):
+        if not os.access(directory / name, os.X_OK):
+            raise NodeError(f"{name} not found in {directory}: run `make controlplane controllers`")
+    for port in (KUBELET_PORT, KUBELET_HEALTHZ_PORT):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                raise NodeError(f"port {port} (the kubelet's) is in use on this host: is another kubelet "
+                                "running?") from None
+
+
+def host_lock(*, wait: bool) -> int:
+    """Take the host's one node slot: WAIT for it (tests) or refuse at once (a person); returns the
+    locked descriptor. The node's processes inherit it, so the slot stays taken while any of them
+    lives, also after the process that started them has gone (`toolkit cluster up`), and is free
+    again once all of them are dead, however they died."""
+    LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        raise NodeError(f"a node of the local cluster is already running on this host ({LOCK_FILE} is held): "
+                        "run `toolkit cluster down` first") from None
+    return fd
+
+
+# -- the host record and the sweep ------------------------------------------------------
+
+
+def _read_record() -> dict[str, Any]:
+    try:
+        return dict(json.loads(HOST_RECORD.read_text()))
+    except FileNotFoundError:
+        return {}
+
+
+def _write_record(record: dict[str, Any]) -> None:
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = HOST_RECORD.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+    tmp.replace(HOST_RECORD)
+
+
+def _run(*argv: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise NodeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
+    return proc
+
+
+def _cgroup_dirs() -> list[pathlib.Path]:
+    """The node's cgroup root in each hierarchy (that exists or could)."""
+    if cgroup_version() == 2:
+        return [pathlib.Path("/sys/fs/cgroup") / CGROUP_ROOT]
+    return [h / CGROUP_ROOT for h in _v1_hierarchies()]
+
+
+def _cgroup_pids() -> set[int]:
+    pids: set[int] = set()
+    for root in _cgroup_dirs():
+        if not root.is_dir():
+            continue
+        for procs in root.rglob("cgroup.procs"):
+            with contextlib.suppress(OSError):
+                pids.update(int(p) for p in procs.read_text().split())
+    return pids
+
+
+def _kill_cgroup_tree() -> None:
+    """SIGKILL every process in the node's cgroups until none is left (a container's processes
+    outlive a SIGKILLed shim: they are re-parented, not killed)."""
+    deadline = time.monotonic() + 30
+    while pids := _cgroup_pids():
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise NodeError(f"processes in the node's cgroups survive SIGKILL: {sorted(pids)[:10]}")
+        time.sleep(0.1)
+
+
+def _remove_cgroups() -> None:
+    for root in _cgroup_dirs():
+        if not root.is_dir():
+            continue
+        # Deepest first: a cgroup directory is removed with rmdir once it has no children.
+        for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        with contextlib.suppress(OSError):
+            root.rmdir()
+
+
+def _node_mounts() -> list[str]:
+    """Mount points under the node's directories, deepest first."""
+    prefixes = (str(RUN_DIR) + "/", str(VAR_DIR) + "/")
+    points = []
+    for line in pathlib.Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point.startswith(prefixes):
+            points.append(point)
+    return sorted(set(points), key=lambda p: -p.count("/"))
+
+
+def _unmount_all() -> None:
+    for _ in range(5):
+        points = _node_mounts()
+        if not points:
+            return
+        for point in points:
+            _run("umount", "--lazy", point, check=False)
+    raise NodeError(f"still mounted after 5 rounds of umount: {_node_mounts()[:5]}")
+
+
+def _link_exists(name: str) -> bool:
+    return _run("ip", "link", "show", name, check=False).returncode == 0
+
+
+def _iptables_chains() -> list[tuple[str, str]]:
+    """(table, chain) of every chain whose name starts KUBE- in the host's iptables."""
+    chains = []
+    for table in ("filter", "nat", "mangle"):
+        out = _run("iptables-save", "-t", table, check=False).stdout
+        chains += [(table, line[1:].split()[0]) for line in out.splitlines() if line.startswith(":KUBE-")]
+    return chains
+
+
+def _remove_kubelet_chains(kube_proxy: pathlib.Path | None) -> None:
+    if kube_proxy is not None and os.access(kube_proxy, os.X_OK):
+        _run(str(kube_proxy), "--cleanup", check=False)
+    for table, chain in KUBELET_CHAINS:
+        if (table, chain) in _iptables_chains():
+            _run("iptables", "-t", table, "-F", chain, check=False)
+            _run("iptables", "-t", table, "-X", chain, check=False)
+
+
+def sweep() -> list[str]:
+    """Undo everything the record says a node did to this host; what was found, one line each.
+
+    Idempotent, and safe with no record (it then still removes what lies under the node's own
+    names: cgroups, mounts, the bridge). Callers hold `host_lock`.
+    """
+    record = _read_record()
+    found: list[str] = []
+    for name, pgid in sorted((record.get("groups") or {}).items()):
+        try:
+            os.killpg(int(pgid), signal.SIGKILL)
+            found.append(f"process group {pgid} ({name})")
+        except ProcessLookupError:
+            pass
+    if _cgroup_pids():
+        found.append("processes in the node's cgroups")
+        _kill_cgroup_tree()
+    if _node_mounts():
+        found.append(f"{len(_node_mounts())} mounts under {RUN_DIR} and {VAR_DIR}")
+        _unmount_all()
+    if _link_exists(BRIDGE):
+        found.append(f"the bridge {BRIDGE}")
+        _run("ip", "link", "delete", BRIDGE, check=False)
+    chains = [c for c in _iptables_chains() if c[1].startswith("KUBE-")]
+    if chains and record.get("iptables_touched"):
+        found.append(f"{len(chains)} KUBE- iptables chains")
+        kube_proxy = record.get("kube_proxy")
+        _remove_kubelet_chains(pathlib.Path(kube_proxy) if kube_proxy else None)
+    if record.get("address_added") and NODE_IP in _run("ip", "-4", "addr", "show", "dev", "lo").stdout:
+        found.append(f"the node address {NODE_IP} on lo")
+        _run("ip", "addr", "del", f"{NODE_IP}/32", "dev", "lo", check=False)
+    if any(d.is_dir() for d in _cgroup_dirs()):
+        found.append(f"cgroups under {CGROUP_ROOT}")
+        _remove_cgroups()
+    for key, value in sorted((record.get("sysctls") or {}).items()):
+        path = pathlib.Path("/proc/sys") / key
+        if path.read_text().strip() != value:
+            found.append(f"sysctl {key.replace('/', '.')}")
+            with contextlib.suppress(OSError):
+                path.write_text(value)
+    shutil.rmtree(VAR_DIR, ignore_errors=True)
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
+    return found
+
+
+def prepare_host() -> None:
+    """Record, then make, the host changes the control plane needs before it starts: the node
+    address on lo (the apiserver binds to it). Callers hold `host_lock` and have swept."""
+    record = {"sysctls": {k: (pathlib.Path("/proc/sys") / k).read_text().strip() for k in KUBELET_SYSCTLS},
+              "address_added": True, "groups": {}}
+    _write_record(record)
+    if NODE_IP not in _run("ip", "-4", "addr", "show", "dev", "lo").stdout:
+        _run("ip", "addr", "add", f"{NODE_IP}/32", "dev", "lo")
+
+
+# -- the node ----------------------------------------------------------------------------
+
+
+class Node:
+    """containerd, the kubelet and kube-proxy for PLANE (started with `node_ip=NODE_IP`)."""
+
+    def __init__(self, plane: harness.ControlPlane, *, plane_bin: pathlib.Path, controllers_bin: pathlib.Path,
+                 images: tuple[str, ...], cache: pathlib.Path, lock_fd: int) -> None:
+        self.plane = plane
+        self.lock_fd = lock_fd
+        self.plane_bin = plane_bin
+        self.controllers_bin = controllers_bin
+        self.images = images
+        self.containerd_root = cache / "containerd-root"
+        self.containerd_state = RUN_DIR / "containerd"
+        self.socket = RUN_DIR / "containerd.sock"
+        self.kubelet_root = VAR_DIR / "kubelet"
+        self.pod_logs = VAR_DIR / "pod-logs"
+        self.config_dir = RUN_DIR / "config"
+        self._procs: dict[str, harness._Process] = {}
+        self.started: list[tuple[str, int]] = []
+
+    # -- lifecycle -------------------------------------------------------
+
+    def start(self) -> Node:
+        try:
+            self._configure()
+            self._start_containerd()
+            self._import_images()
+            self._start_kubelet()
+            self._start_kube_proxy()
+            self._wait_ready()
+        except BaseException:
+            self.stop(pods=False)
+            raise
+        return self
+
+    def stop(self, *, pods: bool = True) -> list[str]:
+        """Delete every pod (so the kubelet tears down each sandbox), stop the processes, sweep.
+        Returns what the sweep had to remove beyond the graceful stop."""
+        if pods and "kubelet" in self._procs:
+            with contextlib.suppress(Exception):
+                self._delete_all_pods()
+        for name in ("kube-proxy", "kubelet", "containerd"):
+            if name in self._procs:
+                self._procs[name].stop()
+        try:
+            return sweep()
+        finally:
+            if self.lock_fd >= 0:
+                os.close(self.lock_fd)
+                self.lock_fd = -1
+
+    def check_alive(self) -> None:
+        for proc in self._procs.values():
+            proc.check_alive()
+
+    def logs(self, *, lines: int = 60) -> str:
+        return "\n".join(f"---- {name} ({p.log_path})\n{p.tail(lines)}" for name, p in self._procs.items())
+
+    # -- pieces ------------------------------------------------------------
+
+    def _record_group(self, name: str, proc: harness._Process) -> None:
+        assert proc.popen is not None
+        self.started.append((name, proc.popen.pid))
+        record = _read_record()
+        record.setdefault("groups", {})[name] = proc.popen.pid
+        _write_record(record)
+
+    def _run_process(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> harness._Process:
+        proc = _NodeProcess(name, argv, pathlib.Path(self.plane.log_dir), env=env, lock_fd=self.lock_fd)
+        self._procs[name] = proc
+        proc.start()
+        self._record_group(name, proc)
+        return proc
+
+    def _configure(self) -> None:
+        for directory in (self.config_dir, self.containerd_state, self.kubelet_root, self.pod_logs,
+                          self.containerd_root):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._make_cgroup_root()
+        cni_dir = self.config_dir / "cni"
+        cni_dir.mkdir(exist_ok=True)
+        (cni_dir / "10-dispatch.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0",
+            "name": CNI_NETWORK,
+            "plugins": [
+                # No ipMasq: pods talk to the node's own addresses only, so no NAT rule is needed.
+                {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "hairpinMode": True,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]],
+                          "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(RUN_DIR / "cni-leases")}},
+                {"type": "loopback"},
+            ],
+        }, indent=1))
+        (self.config_dir / "containerd.toml").write_text(self._containerd_config(cni_dir))
+
+    def _make_cgroup_root(self) -> None:
+        if cgroup_version() == 2:
+            root = pathlib.Path("/sys/fs/cgroup") / CGROUP_ROOT
+            root.mkdir(exist_ok=True)
+            return
+        for directory in _cgroup_dirs():
+            directory.mkdir(exist_ok=True)
+            if "cpuset" in directory.parent.name.split(","):
+                # A new v1 cpuset starts empty and takes no task until it has CPUs and memory nodes.
+                for f in ("cpuset.cpus", "cpuset.mems"):
+                    if not (directory / f).read_text().strip():
+                        (directory / f).write_text((directory.parent / f).read_text())
+
+    def _containerd_config(self, cni_dir: pathlib.Path) -> str:
+        return f"""version = 3
+root = '{self.containerd_root}'
+state = '{self.containerd_state}'
+imports = []
+
+[grpc]
+  address = '{self.socket}'
+
+[ttrpc]
+  address = '{self.socket}.ttrpc'
+
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = '{PAUSE_IMAGE}'
+
+  [plugins.'io.containerd.cri.v1.runtime']
+    # Some hosts (this project's CI VMs among them) withhold CAP_SYS_RESOURCE: runc cannot then
+    # lower a sandbox's oom_score_adj below the runtime's own, and every sandbox would fail.
+    restrict_oom_score_adj = true
+    # The pods' network namespaces under our state dir, so a sweep finds every one of them.
+    netns_mounts_under_state_dir = true
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = 'runc'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = 'io.containerd.runc.v2'
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['{CNI_BIN_DIR}']
+      conf_dir = '{cni_dir}'
+"""
+
+    def _start_containerd(self) -> None:
+        env = {"PATH": f"{self.controllers_bin}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+        self._run_process("containerd", [str(self.controllers_bin / "containerd"),
+                                         f"--config={self.config_dir / 'containerd.toml'}", "--log-level=warn"],
+                          env=env)
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while self._ctr("version", check=False).returncode != 0:
+            self._procs["containerd"].check_alive()
+            if time.monotonic() > deadline:
+                raise NodeError(f"containerd did not answer on {self.socket}\n{self._procs['containerd'].tail()}")
+            time.sleep(0.1)
+
+    def _ctr(self, *args: str, check: bool = True, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+        return _run(str(self.controllers_bin / "ctr"), f"--address={self.socket}", "--namespace=k8s.io", *args,
+                    check=check, timeout=timeout)
+
+    def _import_images(self) -> None:
+        """Each image from podman into containerd, unless the same podman image was imported last."""
+        stamps_file = self.containerd_root / "dispatch-imported.json"
+        try:
+            stamps = dict(json.loads(stamps_file.read_text()))
+        except (FileNotFoundError, ValueError):
+            stamps = {}
+        have = set(self._ctr("images", "list", "--quiet").stdout.split())
+        for image in (PAUSE_IMAGE, *self.images):
+            inspect = _run("podman", "image", "inspect", "--format", "{{.Id}}", image, check=False)
+            if inspect.returncode != 0:
+                raise NodeError(f"image {image} is not in podman's store: run `make images`")
+            image_id = inspect.stdout.strip()
+            if stamps.get(image) == image_id and image in have:
+                continue
+            archive = RUN_DIR / "image.tar"
+            _run("podman", "save", "--format", "docker-archive", "--output", str(archive), image, timeout=300)
+            self._ctr("images", "import", "--no-unpack=false", str(archive), check=False)
+            archive.unlink()
+            if image not in set(self._ctr("images", "list", "--quiet").stdout.split()):
+                raise NodeError(f"containerd did not take the image {image}")
+            stamps[image] = image_id
+            tmp = stamps_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(stamps, indent=1, sort_keys=True))
+            tmp.replace(stamps_file)
+
+    def _start_kubelet(self) -> None:
+        pki_dir = pathlib.Path(self.plane.workdir) / "pki"
+        client = self.plane.issue("kubelet-client", subject=f"/O=system:nodes/CN=system:node:{NODE_NAME}")
+        serving = self.plane.issue("kubelet-serving", subject=f"/CN={NODE_NAME}", server=True,
+                                   sans=(f"IP:{NODE_IP}", f"DNS:{NODE_NAME}"))
+        kubeconfig = self.config_dir / "kubelet.kubeconfig"
+        harness._write_kubeconfig(kubeconfig, server=self.plane.server, ca_file=self.plane.ca_file,
+                                  user={"client-certificate": client[0], "client-key": client[1]})
+        v1 = cgroup_version() == 1
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            # This host kind has cgroup v1 only; the kubelet refuses v1 since 1.35 unless told.
+            "failCgroupV1": not v1,
+            "cgroupDriver": "cgroupfs",  # no systemd here
+            "cgroupRoot": f"/{CGROUP_ROOT}",
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            "podLogsDir": str(self.pod_logs),
+            "address": NODE_IP,
+            "port": KUBELET_PORT,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": KUBELET_HEALTHZ_PORT,
+            "readOnlyPort": 0,
+            "tlsCertFile": serving[0],
+            "tlsPrivateKeyFile": serving[1],
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                               "x509": {"clientCAFile": str(pki_dir / "ca.crt")}},
+            "authorization": {"mode": "Webhook"},
+            "failSwapOn": False,
+            # A shared development host's disk and memory are not the node's to police: evict only
+            # when nearly nothing is left, and never collect the images we imported.
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                             "nodefs.inodesFree": "1%"},
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "clusterDomain": "cluster.local",
+            "resolvConf": "",
+            "registerNode": True,
+            "syncFrequency": "10s",
+            "fileCheckFrequency": "20s",
+            "nodeStatusUpdateFrequency": "5s",
+            "serializeImagePulls": False,
+            "rotateCertificates": False,
+            "serverTLSBootstrap": False,
+        }
+        config_path = self.config_dir / "kubelet.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        self._run_process("kubelet", [
+            str(self.plane_bin / "kubelet"),
+            f"--config={config_path}",
+            f"--kubeconfig={kubeconfig}",
+            f"--hostname-override={NODE_NAME}",
+            f"--node-ip={NODE_IP}",
+            f"--root-dir={self.kubelet_root}",
+            "--v=1",
+        ], env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")})
+        record = _read_record()
+        record["iptables_touched"] = True
+        record["kube_proxy"] = str(self.plane_bin / "kube-proxy")
+        _write_record(record)
+
+    def _start_kube_proxy(self) -> None:
+        """kube-proxy in iptables mode: the kubernetes Service's ClusterIP reaches the apiserver."""
+        cert = self.plane.issue("kube-proxy", subject="/CN=system:kube-proxy")
+        kubeconfig = self.config_dir / "kube-proxy.kubeconfig"
+        harness._write_kubeconfig(kubeconfig, server=self.plane.server, ca_file=self.plane.ca_file,
+                                  user={"client-certificate": cert[0], "client-key": cert[1]})
+        self._run_process("kube-proxy", [
+            str(self.plane_bin / "kube-proxy"),
+            f"--kubeconfig={kubeconfig}",
+            f"--hostname-override={NODE_NAME}",
+            "--proxy-mode=iptables",
+            f"--cluster-cidr={POD_CIDR}",
+            f"--metrics-bind-address=127.0.0.1:{harness.free_port()}",
+            f"--healthz-bind-address=127.0.0.1:{harness.free_port()}",
+            # Leave the host's conntrack table sizes and timeouts as they are.
+            "--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0s",
+            "--conntrack-tcp-timeout-close-wait=0s",
+            # No NodePorts on 127.0.0.1 (that would set net.ipv4.conf.all.route_localnet).
+            "--iptables-localhost-nodeports=false",
+            "--v=1",
+        ], env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")})
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        with self.plane.api_client() as api:
+            core = kubernetes.client.CoreV1Api(api)
+            while True:
+                self.check_alive()
+                try:
+                    node = core.read_node(NODE_NAME)
+                    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+                    untainted = not any(t.key == "node.kubernetes.io/not-ready" for t in node.spec.taints or [])
+                    if ready and untainted:
+                        return
+                except kubernetes.client.ApiException as e:
+                    if e.status != 404:
+                        raise
+                if time.monotonic() > deadline:
+                    raise NodeError(f"node {NODE_NAME} not Ready and untainted after {READY_TIMEOUT_SECONDS}s\n"
+                                    f"{self.logs()}")
+                time.sleep(0.2)
+
+    def _delete_all_pods(self) -> None:
+        delete_pods(self.plane.kubeconfig, timeout=STOP_PODS_SECONDS)
+
+
+class _NodeProcess(harness._Process):
+    """A node component: the harness's process (own group, own log) with an environment of its own."""
+
+    def __init__(self, name: str, argv: list[str], log_dir: pathlib.Path, *, env: dict[str, str] | None,
+                 lock_fd: int) -> None:
+        super().__init__(name, argv, log_dir)
+        self.env = env
+        self.lock_fd = lock_fd
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            log.write(f"==== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True, env=self.env, pass_fds=(self.lock_fd,))
+
+
+def delete_pods(kubeconfig: str, *, timeout: float) -> None:
+    """Delete every pod and wait (at most TIMEOUT) until the kubelet has torn each one down: it
+    removes the object last, after the containers, the volumes and the sandbox. Best effort: an
+    unreachable apiserver leaves the rest to the sweep."""
+    try:
+        with kubernetes.config.new_client_from_config(config_file=kubeconfig) as api:
+            core = kubernetes.client.CoreV1Api(api)
+            for pod in core.list_pod_for_all_namespaces(_request_timeout=10).items:
+                with contextlib.suppress(kubernetes.client.ApiException):
+                    core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=1)
+            deadline = time.monotonic() + timeout
+            while core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE_NAME}",
+                                                   _request_timeout=10).items:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.2)
+    except Exception:  # noqa: BLE001 - deliberately broad: whatever failed here, the sweep follows
+        return
+
+
+def host_snapshot() -> dict[str, Any]:
+    """What a node may leave on the host, to compare before and after: the node's mounts, its
+    cgroups, the bridge, the node address, KUBE- chains, the kubelet's sysctls, the node's processes."""
+    return {
+        "mounts": _node_mounts(),
+        "cgroups": sorted(str(d) for d in _cgroup_dirs() if d.is_dir()),
+        "cgroup_pids": sorted(_cgroup_pids()),
+        "bridge": _link_exists(BRIDGE),
+        "node_address": NODE_IP in _run("ip", "-4", "addr", "show", "dev", "lo").stdout,
+        "iptables_chains": sorted(f"{t}/{c}" for t, c in _iptables_chains()),
+        "sysctls": {k: (pathlib.Path("/proc/sys") / k).read_text().strip() for k in KUBELET_SYSCTLS},
+        "netns": sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else [],
+        "dirs": [str(d) for d in (RUN_DIR, VAR_DIR) if d.exists()],
+    }
+
