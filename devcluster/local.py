@@ -79,11 +79,12 @@ class Status:
     dead: list[str]
 
 
-def start(*, kueue: bool = True, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
+def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
           workdir: pathlib.Path | None = None, detach: bool = False, wait_for_node: bool = True,
           images: tuple[str, ...] = NODE_IMAGES) -> stack_mod.Stack:
-    """Start the control plane, the controllers on it (Kueue and ours too if KUEUE) and the real
-    node; return the Stack (its `plane` and `node` attributes are the other two).
+    """Start the control plane, the controllers on it (Trainer and JobSet unless not TRAINING;
+    Kueue and ours too if KUEUE) and the real node; return the Stack (its `plane` and `node`
+    attributes are the other two). The caller stops the Stack (which stops the node), then the plane.
 
     WAIT_FOR_NODE: wait while another cluster's node holds this host (tests), else refuse at once.
     On any failure, stops what it started and sweeps the host, then re-raises."""
@@ -98,7 +99,7 @@ def start(*, kueue: bool = True, plane_bin: pathlib.Path | None = None, controll
         swept = node_mod.sweep()
         node_mod.prepare_host()
         plane.start()
-        running = stack_mod.Stack(plane, kueue=kueue, bin_dir=controllers).start()
+        running = stack_mod.Stack(plane, kueue=kueue, training=training, bin_dir=controllers).start()
         node = node_mod.Node(plane, plane_bin=plane_bin, controllers_bin=controllers, images=images,
                              cache=cache_dir(), lock_fd=lock)
         running.node = node.start()

@@ -39,6 +39,7 @@ import fcntl
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import signal
 import socket
@@ -69,9 +70,7 @@ CNI_PLUGINS = ("bridge", "host-local", "loopback")
 PAUSE_IMAGE = "localhost/dispatch-base/pause:1"
 # The sysctls the kubelet sets on start (kernel defaults it protects); put back by sweep().
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
-# Chains the kubelet makes as canaries for an iptables flush; kube-proxy's own go with --cleanup.
-KUBELET_CHAINS = (("mangle", "KUBE-KUBELET-CANARY"), ("nat", "KUBE-KUBELET-CANARY"),
-                  ("filter", "KUBE-KUBELET-CANARY"), ("mangle", "KUBE-IPTABLES-HINT"))
+IPTABLES_TABLES = ("filter", "nat", "mangle")
 READY_TIMEOUT_SECONDS = 120.0
 STOP_PODS_SECONDS = 60.0
 
@@ -242,19 +241,27 @@ def _link_exists(name: str) -> bool:
 def _iptables_chains() -> list[tuple[str, str]]:
     """(table, chain) of every chain whose name starts KUBE- in the host's iptables."""
     chains = []
-    for table in ("filter", "nat", "mangle"):
+    for table in IPTABLES_TABLES:
         out = _run("iptables-save", "-t", table, check=False).stdout
         chains += [(table, line[1:].split()[0]) for line in out.splitlines() if line.startswith(":KUBE-")]
     return chains
 
 
-def _remove_kubelet_chains(kube_proxy: pathlib.Path | None) -> None:
+def _remove_chains(chains: list[tuple[str, str]], kube_proxy: pathlib.Path | None) -> None:
+    """kube-proxy's own cleanup first, then whatever KUBE- chain is still there and was not there
+    before the node (the kubelet's canaries and firewall): the rules that jump to it, then it."""
     if kube_proxy is not None and os.access(kube_proxy, os.X_OK):
         _run(str(kube_proxy), "--cleanup", check=False)
-    for table, chain in KUBELET_CHAINS:
-        if (table, chain) in _iptables_chains():
-            _run("iptables", "-t", table, "-F", chain, check=False)
-            _run("iptables", "-t", table, "-X", chain, check=False)
+    gone = {f"{t}/{c}" for t, c in chains}
+    for table in IPTABLES_TABLES:
+        for line in _run("iptables-save", "-t", table, check=False).stdout.splitlines():
+            words = shlex.split(line)
+            if line.startswith("-A ") and "-j" in words and f"{table}/{words[words.index('-j') + 1]}" in gone:
+                _run("iptables", "-t", table, "-D", *words[1:], check=False)
+    for table, chain in chains:
+        _run("iptables", "-t", table, "-F", chain, check=False)
+    for table, chain in chains:
+        _run("iptables", "-t", table, "-X", chain, check=False)
 
 
 def sweep() -> list[str]:
@@ -280,11 +287,12 @@ def sweep() -> list[str]:
     if _link_exists(BRIDGE):
         found.append(f"the bridge {BRIDGE}")
         _run("ip", "link", "delete", BRIDGE, check=False)
-    chains = [c for c in _iptables_chains() if c[1].startswith("KUBE-")]
+    before = {tuple(c.split("/", 1)) for c in record.get("chains_before") or []}
+    chains = [c for c in _iptables_chains() if c not in before]
     if chains and record.get("iptables_touched"):
         found.append(f"{len(chains)} KUBE- iptables chains")
         kube_proxy = record.get("kube_proxy")
-        _remove_kubelet_chains(pathlib.Path(kube_proxy) if kube_proxy else None)
+        _remove_chains(chains, pathlib.Path(kube_proxy) if kube_proxy else None)
     if record.get("address_added") and NODE_IP in _run("ip", "-4", "addr", "show", "dev", "lo").stdout:
         found.append(f"the node address {NODE_IP} on lo")
         _run("ip", "addr", "del", f"{NODE_IP}/32", "dev", "lo", check=False)
@@ -306,7 +314,8 @@ def prepare_host() -> None:
     """Record, then make, the host changes the control plane needs before it starts: the node
     address on lo (the apiserver binds to it). Callers hold `host_lock` and have swept."""
     record = {"sysctls": {k: (pathlib.Path("/proc/sys") / k).read_text().strip() for k in KUBELET_SYSCTLS},
-              "address_added": True, "groups": {}}
+              "address_added": True, "groups": {},
+              "chains_before": [f"{t}/{c}" for t, c in _iptables_chains()]}
     _write_record(record)
     if NODE_IP not in _run("ip", "-4", "addr", "show", "dev", "lo").stdout:
         _run("ip", "addr", "add", f"{NODE_IP}/32", "dev", "lo")

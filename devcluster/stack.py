@@ -133,9 +133,11 @@ class Stack:
     concern (deployments/k8s/base), not this one's.
     """
 
-    def __init__(self, plane: Any, *, kueue: bool = False, kwok: bool = False,
+    def __init__(self, plane: Any, *, kueue: bool = False, kwok: bool = False, training: bool = True,
                  bin_dir: pathlib.Path | None = None) -> None:
+        """TRAINING=False: none of Trainer, JobSet, Kueue (a cluster for the dispatcher alone)."""
         self.plane = plane
+        self.training = training
         self.bin_dir = bin_dir or build_binaries()
         self.kueue = kueue
         self.kwok = kwok
@@ -161,8 +163,9 @@ class Stack:
         try:
             self._certs()
             with self.plane.api_client() as api:
-                self._start_jobset(api)
-                self._start_trainer(api)
+                if self.training:
+                    self._start_jobset(api)
+                    self._start_trainer(api)
                 if self.kueue:
                     self._start_kueue(api)
             if self.kwok:

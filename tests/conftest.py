@@ -7,6 +7,12 @@ Interface (others import and rely on it; keep it stable):
 - `namespace` (function): the name of a fresh namespace whose `default`
   ServiceAccount exists; deleted after the test (not waited for).
 - `api_client` (function): an admin `kubernetes.client.ApiClient`, closed after.
+- `node_cluster` (module): a control plane of its own with the real node on it
+  (devcluster/local.py: kubelet, kube-proxy, containerd), no Trainer, JobSet or
+  Kueue: for tests whose pods must really run. One node per host, so a module
+  waits for the host's node slot; the node is stopped and the host swept after
+  the module. A suite overrides `control_plane` with it to run on the node
+  (tests/dispatcher/conftest.py).
 
 The plane starts lazily, on the first test that asks for it, so a run of pure
 unit tests never builds or starts anything. When a test that used the plane
@@ -27,7 +33,8 @@ from collections.abc import Iterator
 import kubernetes.client
 import pytest
 
-from devcluster import harness
+from devcluster import harness, local
+from devcluster import stack as stack_mod
 
 _planes: list[harness.ControlPlane | harness.ExistingCluster] = []
 # Each log file's size when the test's setup began: the test's part starts there.
@@ -47,6 +54,18 @@ def control_plane() -> Iterator[harness.ControlPlane | harness.ExistingCluster]:
     finally:
         plane.stop()
         _planes.remove(plane)
+
+
+@pytest.fixture(scope="module")
+def node_cluster() -> Iterator[stack_mod.Stack]:
+    running = local.start(kueue=False, training=False)
+    _planes.append(running.plane)
+    try:
+        yield running
+    finally:
+        _planes.remove(running.plane)
+        running.stop()
+        running.plane.stop()
 
 
 @pytest.fixture
