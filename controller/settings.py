@@ -30,13 +30,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit import envparse, names
+from toolkit import envparse, formats, names
 
 CONTROLLER_NAME = f"{names.DOMAIN}/admission-check"
 ENV_PREFIX = "DISPATCH_CONTROLLER_"
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*")
 
 
@@ -129,8 +127,8 @@ def parse(spec: Spec, raw: str, *, source: str) -> Any:
         except envparse.Malformed:
             raise SettingsError(f"{source}={raw!r}: {spec.expected}") from None
     ok = {
-        "dns-label": lambda: bool(_DNS_LABEL.fullmatch(raw)),
-        "dns-subdomain": lambda: len(raw) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(raw)),
+        "dns-label": lambda: formats.dns_label(raw),
+        "dns-subdomain": lambda: formats.dns_subdomain(raw),
         "host": lambda: _is_ip(raw) or (len(raw) <= 253 and bool(_HOSTNAME.fullmatch(raw))),
         "name": lambda: len(raw) <= 253 and raw.isprintable() and not any(c.isspace() for c in raw),
         "path": lambda: "\0" not in raw,

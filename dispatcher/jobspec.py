@@ -32,14 +32,13 @@ import re
 from typing import Any
 
 from dispatcher import backend, names, settings
+from toolkit import formats
 
 Obj = dict[str, Any]
 
 NAME_PREFIX = "tcab-run-"
-_SLUG_OK = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_OK = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-# A Job name becomes its pods' label value, so it must stay <= 63.
-_MAX_NAME = 63
+# A Job name becomes its pods' label value, so it must stay <= 63 (a DNS label's bound too).
+_MAX_NAME = formats.LABEL_MAX
 
 
 def _digest(job_id: str) -> str:
@@ -48,7 +47,7 @@ def _digest(job_id: str) -> str:
 
 def job_name(job_id: str) -> str:
     """`tcab-run-<id>` when the id is already a clean DNS label, else a readable slug plus a digest."""
-    if _SLUG_OK.match(job_id) and len(NAME_PREFIX) + len(job_id) <= _MAX_NAME:
+    if formats.dns_label(job_id) and formats.dns_label(NAME_PREFIX + job_id):
         return NAME_PREFIX + job_id
     slug = re.sub(r"[^a-z0-9]+", "-", job_id.lower()).strip("-")
     room = _MAX_NAME - len(NAME_PREFIX) - 1 - 12
@@ -62,7 +61,7 @@ def job_id_label(job_id: str) -> str:
     The driver labels its sandbox pods with the same function of the id (the
     exact id is also in the `test-cabinet/job-id` annotation).
     """
-    return job_id if _LABEL_OK.match(job_id) else "sha256-" + _digest(job_id)
+    return job_id if job_id and formats.label_value(job_id) else "sha256-" + _digest(job_id)
 
 
 def secret_name(job_id: str) -> str:

@@ -7,8 +7,9 @@ Deployment that templates a value out leaves it empty). A missing required
 value, or a malformed one, raises `SettingsError` whose message is one line
 naming the variable and the bound; `app.main` prints it and exits 2.
 
-Values are read by the parsers all three processes share (toolkit.envparse);
-the error texts are the dispatcher's own.
+Values are read by the parsers all three processes share (toolkit.envparse,
+and toolkit.formats for a DNS label or a quantity); the error texts are the
+dispatcher's own.
 
 The table in `VARIABLES` is the documentation: docs/dispatcher.md and the
 README are written from it, and a test checks they list every name.
@@ -18,12 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import re
 import urllib.parse
 from collections.abc import Mapping
 
 from dispatcher import backend, names
-from toolkit import envparse
+from toolkit import envparse, formats
 
 IN_CLUSTER_NAMESPACE_FILE = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -59,8 +59,6 @@ VARIABLES: tuple[tuple[str, str | None, str], ...] = (
     ("KUBECONFIG", "in-cluster config", "Standard kubeconfig path; unset inside the cluster (outside one: ~/.kube/config)."),
 )
 
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _LEVELS = ("debug", "info", "warning", "error")
 _TRUE_OR_FALSE = {"true": True, "false": False}
 
@@ -129,8 +127,8 @@ def _quantity(env: Mapping[str, str], name: str, default: str) -> str:
     raw = envparse.get(env, name)
     if raw is None:
         return default
-    if not _QUANTITY.match(raw):
-        raise SettingsError(f"{name}={raw!r} is not a Kubernetes quantity (like 100m, 0.5, 256Mi)")
+    if not formats.quantity(raw):
+        raise SettingsError(f"{name}={raw!r} is not a Kubernetes quantity of zero or more (like 100m, 0.5, 256Mi)")
     return raw
 
 
@@ -138,7 +136,7 @@ def _dns_label(env: Mapping[str, str], name: str, default: str) -> str:
     raw = envparse.get(env, name)
     if raw is None:
         return default
-    if not _DNS_LABEL.match(raw):
+    if not formats.dns_label(raw):
         raise SettingsError(f"{name}={raw!r} is not a DNS label (lowercase, digits, '-', at most 63)")
     return raw
 

@@ -34,25 +34,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from toolkit import identity, names, yamlio
+from toolkit import formats, identity, names, yamlio
 
 KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 MODES = ("plain", "kueue")
 # metadata.name of a TrainJob: RFC 1035 label (Trainer's CRD rule).
 NAME_MAX_LENGTH = 63
 DERIVED_NAME_MAX_LENGTH = 32
-_RFC1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_RFC1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_RFC1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-# A label value (the Kueue queue name goes into one).
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 # Kubernetes' environment variable names: printable ASCII without '='.
 _ENV_NAME = re.compile(r"[!-<>-~][ -<>-~]*")
-# A resource quantity as Kubernetes parses it.
-_QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?[0-9]+)?")
 _RESOURCE_NAME = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _FIELDS = (
     "jobId generation submission attempt command env workdir namespace name runtimeRef mode "
@@ -139,11 +132,11 @@ def _mapping(path: str, value: object) -> Mapping[str, Any]:
     return value
 
 
-def _dns(path: str, value: object, pattern: re.Pattern[str], what: str, limit: int) -> str:
+def _dns(path: str, value: object, valid: Callable[[str], bool], what: str, limit: int) -> str:
     text = _string(path, value)
     if len(text) > limit:
         raise RequestError(path, f"must be at most {limit} characters, found {len(text)} in {text!r}")
-    if not pattern.fullmatch(text):
+    if not valid(text):
         raise RequestError(path, f"must be {what}, found {text!r}")
     return text
 
@@ -217,7 +210,7 @@ def _runtime_ref(value: object) -> RuntimeRef:
         raise RequestError("runtimeRef.kind", f"must be one of {', '.join(KINDS)}, found {kind!r}")
     if "name" not in ref:
         raise RequestError("runtimeRef.name", "is required")
-    name = _dns("runtimeRef.name", ref["name"], _RFC1123_SUBDOMAIN, "a DNS-1123 subdomain", 253)
+    name = _dns("runtimeRef.name", ref["name"], formats.dns_subdomain, "a DNS-1123 subdomain", 253)
     return RuntimeRef(kind=kind, name=name)
 
 
@@ -238,8 +231,8 @@ def _resources(value: object) -> Mapping[str, Mapping[str, str]] | None:
             if isinstance(amount, bool) or not isinstance(amount, (str, int)):
                 raise RequestError(path, f"must be a quantity (a string such as '4Gi', or an integer), {_found(amount)}")
             text = str(amount)
-            if not _QUANTITY.fullmatch(text):
-                raise RequestError(path, f"is not a Kubernetes quantity, found {text!r}")
+            if not formats.quantity(text):
+                raise RequestError(path, f"is not a Kubernetes quantity of zero or more, found {text!r}")
             out[part][resource] = text
     return out
 
@@ -280,7 +273,7 @@ def from_dict(data: object) -> StartRequest:
     if mode == "kueue":
         if doc.get("queueName") is None:
             raise RequestError("queueName", "is required in kueue mode")
-        queue_name = _dns("queueName", doc["queueName"], _LABEL_VALUE, "a label value", 63)
+        queue_name = _dns("queueName", doc["queueName"], formats.label_value, "a label value", 63)
         if not queue_name:
             raise RequestError("queueName", "must not be empty in kueue mode")
     elif doc.get("queueName") is not None:
@@ -302,11 +295,11 @@ def from_dict(data: object) -> StartRequest:
     if not isinstance(allow, bool):
         raise RequestError("allowRankRestart", f"must be true or false, {_found(allow)}")
 
-    namespace = _dns("namespace", doc["namespace"], _RFC1123_LABEL, "a DNS-1123 label", 63)
+    namespace = _dns("namespace", doc["namespace"], formats.dns_label, "a DNS-1123 label", 63)
     if doc.get("name") is None:
         name = default_name(job_id=job_id, submission=submission)
     else:
-        name = _dns("name", doc["name"], _RFC1035, "an RFC 1035 label (a-z, 0-9, '-', starting with a letter)", NAME_MAX_LENGTH)
+        name = _dns("name", doc["name"], formats.rfc1035_label, "an RFC 1035 label (a-z, 0-9, '-', starting with a letter)", NAME_MAX_LENGTH)
 
     return StartRequest(
         job_id=job_id,

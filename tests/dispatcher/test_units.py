@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from dispatcher import app, backend, jobspec, ledger, names, reaper, reporter, settings, starts
+from tests import k8sformats
 
 REQUIRED = {"TCAB_BACKEND_URL": "http://backend:8080", "TCAB_BACKEND_SERVICE_TOKEN": "s3cret",
             "TCAB_DISPATCHER_DRIVER_IMAGE": "driver:1"}
@@ -100,13 +101,47 @@ def test_the_driver_job_has_exactly_the_seed_environment_and_no_token_literal() 
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "u-1"
 
 
-@pytest.mark.parametrize("job_id", ["7f3a", "Run_42", "a" * 80, "x/y z", "---", "ÄÖ"])
+JOB_IDS = ["7f3a", "Run_42", "a" * 80, "a" * 54, "a" * 55, "x/y z", "---", "ÄÖ", "x\n", "x\n\n", "\nx", "٣",
+           "a" * 63, "a" * 64, "a_b.c", "a.", "-a"]
+
+
+@pytest.mark.parametrize("job_id", JOB_IDS)
 def test_job_names_are_deterministic_valid_and_distinct(job_id: str) -> None:
+    """Valid by the documented rules (tests/k8sformats.py), not by the implementation's own pattern;
+    tests/dispatcher/test_cluster.py has the apiserver take them."""
     name = jobspec.job_name(job_id)
-    assert name == jobspec.job_name(job_id) and len(name) <= 63
-    assert jobspec._SLUG_OK.match(name)
-    assert jobspec._LABEL_OK.match(jobspec.job_id_label(job_id))
+    assert name == jobspec.job_name(job_id)
+    assert k8sformats.is_dns_label(name), name
+    assert k8sformats.is_label_value(jobspec.job_id_label(job_id))
     assert jobspec.job_name(job_id + "1") != name
+
+
+@pytest.mark.parametrize(("job_id", "plain"), [("7f3a", True), ("a" * 54, True), ("a" * 55, False), ("x\n", False),
+                                                ("x\n\n", False), ("Run", False), ("a-", False), ("-a", False)])
+def test_only_an_id_that_is_a_clean_label_is_used_as_it_stands(job_id: str, plain: bool) -> None:
+    """`x\n` is not the id `x`: it takes the slug-plus-digest name, like any other id that is not a label."""
+    assert (jobspec.job_name(job_id) == "tcab-run-" + job_id) is plain
+    assert (jobspec.job_id_label(job_id) == job_id) is k8sformats.is_label_value(job_id)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("TCAB_DISPATCHER_NAMESPACE", "runs\n"), ("TCAB_K8S_NAMESPACE", "sandboxes\n"),
+    ("TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT", "driver\n"), ("TCAB_DISPATCHER_DRIVER_CPU_REQUEST", "100m\n"),
+    ("TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST", "256Mi\n"), ("TCAB_DISPATCHER_DRIVER_CPU_REQUEST", "-1"),
+    ("TCAB_DISPATCHER_NAMESPACE", "a" * 64),
+])
+def test_a_value_with_a_trailing_newline_or_past_its_bound_is_refused(name: str, value: str) -> None:
+    with pytest.raises(settings.SettingsError) as e:
+        settings.from_env({**REQUIRED, name: value})
+    assert str(e.value).startswith(f"{name}={value!r} is not ") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("value", ["1", "0.5", ".5", "5.", "+1", "1e3", "1E-3", "2u", "300n", "1Ki", "4Gi", "1E"])
+def test_every_quantity_the_apiserver_reads_is_taken(value: str) -> None:
+    assert k8sformats.is_resource_quantity(value)
+    s = settings.from_env({**REQUIRED, "TCAB_DISPATCHER_DRIVER_CPU_REQUEST": value,
+                           "TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST": value})
+    assert (s.cpu_request, s.memory_request) == (value, value)
 
 
 def job(name: str, *, state: str | None = None) -> dict[str, object]:

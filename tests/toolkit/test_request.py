@@ -7,6 +7,7 @@ import pathlib
 
 import pytest
 
+from tests import k8sformats
 from toolkit import request
 
 EXAMPLE = pathlib.Path(__file__).parents[2] / "examples" / "start-request.yaml"
@@ -68,6 +69,11 @@ def test_defaults() -> None:
         ({"namespace": "Ns"}, "namespace: must be a DNS-1123 label"),
         ({"numNodes": 0}, "numNodes: must be between 1 and"),
         ({"resourcesPerNode": {"limits": {"cpu": "lots"}}}, "resourcesPerNode.limits.cpu: is not a Kubernetes quantity"),
+        ({"resourcesPerNode": {"requests": {"cpu": "-1"}}},
+         "resourcesPerNode.requests.cpu: is not a Kubernetes quantity of zero or more, found '-1'"),
+        ({"resourcesPerNode": {"limits": {"memory": "1Gi\n"}}}, "resourcesPerNode.limits.memory: is not a Kubernetes"),
+        ({"namespace": "ns\n"}, "namespace: must be a DNS-1123 label"),
+        ({"name": "abc\n"}, "name: must be an RFC 1035 label"),
         ({"resourcesPerNode": {"limit": {}}}, "resourcesPerNode.limit: unknown field"),
         ({"allowRankRestart": "yes"}, "allowRankRestart: must be true or false"),
         ({"numnodes": 2}, "numnodes: unknown field"),
@@ -106,4 +112,4 @@ def test_default_name_is_stable_short_and_distinct() -> None:
     assert a != request.default_name(job_id="team-a-b", submission=7)  # same slug, different id
     assert request.default_name(job_id="9" * 200, submission=999_999).startswith("j-")
     for name in (a, request.default_name(job_id="x" * 253, submission=999_999)):
-        assert len(name) <= 32 and request._RFC1035.fullmatch(name)
+        assert len(name) <= 32 and k8sformats.is_rfc1035_label(name)
