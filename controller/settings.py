@@ -78,7 +78,7 @@ class Spec:
             assert self.bounds is not None
             return f"expected a whole number from {self.bounds[0]} to {self.bounds[1]}"
         return {
-            "bool": f"expected one of {', '.join(sorted(envparse.BOOLS))}",
+            "bool": "expected true or false",
             "dns-label": "expected a DNS-1123 label (lowercase letters, digits and '-', at most 63)",
             "dns-subdomain": "expected a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253)",
             "host": "expected an IP address or a host name",

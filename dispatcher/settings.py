@@ -60,7 +60,6 @@ VARIABLES: tuple[tuple[str, str | None, str], ...] = (
 )
 
 _LEVELS = ("debug", "info", "warning", "error")
-_TRUE_OR_FALSE = {"true": True, "false": False}
 
 
 class SettingsError(ValueError):
@@ -146,7 +145,7 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     if raw is None:
         return default
     try:
-        return envparse.boolean(raw.strip().lower(), words=_TRUE_OR_FALSE)
+        return envparse.boolean(raw.strip().lower())
     except envparse.Malformed:
         raise SettingsError(f"{name}={raw!r} is not true or false") from None
 

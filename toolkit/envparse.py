@@ -20,8 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-# The controller's words for a boolean; the dispatcher accepts only true and false.
-BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+# The one boolean rule of every process's settings: `true` or `false` (a caller folds case and strips
+# blanks first). Nothing else, not 1/0, yes/no or on/off: a setting is read by one rule everywhere,
+# and a value written for another reader's looser rule is refused by name rather than guessed at.
+BOOLS = {"true": True, "false": False}
 
 
 class Malformed(ValueError):
@@ -65,8 +67,8 @@ def seconds(text: str, *, low: float, high: float) -> float:
     return value
 
 
-def boolean(text: str, *, words: Mapping[str, bool] = BOOLS) -> bool:
-    """The truth `text` names among `words` (matched exactly: a caller folds case and strips first)."""
-    if text not in words:
+def boolean(text: str) -> bool:
+    """`true` or `false` (matched exactly: a caller folds case and strips first)."""
+    if text not in BOOLS:
         raise Malformed(text)
-    return words[text]
+    return BOOLS[text]

@@ -18,7 +18,9 @@ import sys
 import pytest
 
 from controller import app
+from controller import settings as controller_settings
 from dispatcher import logs
+from dispatcher import settings as dispatcher_settings
 from sidecar import report
 from toolkit import backoff, envparse, jsonlog, paths
 
@@ -168,10 +170,40 @@ def test_what_is_not_a_number_of_seconds_in_range(text: str, kind: type[Exceptio
 
 
 def test_booleans_and_the_empty_string_as_unset() -> None:
-    assert [envparse.boolean(w) for w in ("1", "true", "yes", "on", "0", "false", "no", "off")] == [True] * 4 + [False] * 4
-    with pytest.raises(envparse.Malformed):
-        envparse.boolean("yes", words={"true": True, "false": False})
+    assert [envparse.boolean(w) for w in ("true", "false")] == [True, False]
+    for word in ("1", "yes", "on", "0", "no", "off", "TRUE", " true", "t", ""):
+        with pytest.raises(envparse.Malformed):
+            envparse.boolean(word)
     assert [envparse.get({"A": "", "B": "x"}, n) for n in ("A", "B", "C")] == [None, "x", None]
+
+
+BOOLEAN_TEXTS = ["true", "false", "TRUE", "False", " true ", "true\n", "1", "0", "yes", "no", "on", "off", "t", "f",
+                 "y", "n", "enable", "truee", "ｔｒｕｅ"]
+
+
+def _controller_bool(text: str) -> bool | None:
+    try:
+        return bool(controller_settings.parse(controller_settings.BY_FIELD["leader_elect"], text, source="X"))
+    except controller_settings.SettingsError:
+        return None
+
+
+def _dispatcher_bool(text: str) -> bool | None:
+    env = {"TCAB_BACKEND_URL": "http://b", "TCAB_BACKEND_SERVICE_TOKEN": "t", "TCAB_DISPATCHER_DRIVER_IMAGE": "d",
+           "TCAB_DISPATCHER_DRIVER_RUN_AS_NON_ROOT": text}
+    try:
+        return dispatcher_settings.from_env(env).driver_run_as_non_root
+    except dispatcher_settings.SettingsError:
+        return None
+
+
+@pytest.mark.parametrize("text", BOOLEAN_TEXTS)
+def test_the_controller_and_the_dispatcher_read_a_boolean_setting_alike_true_or_false_only(text: str) -> None:
+    """The one rule: `true` or `false`, any case, blanks around ignored; nothing else (1/0, yes/no, on/off
+    are refused, so a value meant for another reader is never taken for one of ours)."""
+    word = text.strip().lower()
+    expected = {"true": True, "false": False}.get(word) if word.isascii() else None
+    assert (_controller_bool(text), _dispatcher_bool(text)) == (expected, expected)
 
 
 def test_the_core_imports_only_the_standard_library() -> None:
