@@ -187,6 +187,7 @@ class Dispatcher:
             if t.busy or t.due > now:
                 continue
             t.busy = True
+            t.begin(self)
             self.submit(t.step, lambda f, t=t: self._stepped(t, f), self)
 
     def _stepped(self, t: task.Task, future: concurrent.futures.Future[Any]) -> None:
@@ -195,6 +196,7 @@ class Dispatcher:
         except Exception as e:  # a bug in one step must not stop the loop
             log.error("report/reap step crashed", extra=logs.fields(job=t.name, error=repr(e)))
             ok = False
+        t.answered(self)
         self.settle(t, ok=ok)
 
     def settle(self, t: task.Task, *, ok: bool) -> None:

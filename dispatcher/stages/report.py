@@ -14,7 +14,9 @@
 
 The token is the run's one record, `Dispatcher.tokens` (from the claim, or
 read back from the Job's Secret once, by a process that did not claim the
-run). A report is abandoned after `MAX_REPORT_ATTEMPTS`, with an error
+run). The loop copies it onto the task before a step (`begin`); a token the
+step read from the Secret rides back on the task and the loop records it
+(`answered`): a worker never writes the record. A report is abandoned after `MAX_REPORT_ATTEMPTS`, with an error
 line; a Stuck or Orphan whose delete never went through is then judged
 again by the next start check.
 """
@@ -44,6 +46,7 @@ class Report(task.Task):
 
     body: Obj | None = None
     job: Obj | None = dataclasses.field(default=None, repr=False)  # the Job as last seen, for the body
+    token: str | None = dataclasses.field(default=None, repr=False)  # the run's, once known
 
     TABLE: ClassVar[str] = "reports"
     max_attempts: ClassVar[int | None] = MAX_REPORT_ATTEMPTS
@@ -52,20 +55,23 @@ class Report(task.Task):
     def _fields(self) -> dict[str, str]:
         return {"job": self.name, "job_id": self.job_id}
 
+    def begin(self, d: Dispatcher) -> None:
+        self.token = self.token or d.tokens.get(self.name)
+
+    def answered(self, d: Dispatcher) -> None:
+        # Kept on the run's record: a Stuck report's Secret goes with its Job before the send.
+        if self.token:
+            d.tokens[self.name] = self.token
+
     def _token(self, d: Dispatcher) -> str | None:
-        token = d.tokens.get(self.name)
-        if token:
-            return token
+        if self.token:
+            return self.token
         try:
             secret = d.kube.get(paths.SECRET, name=self.name, namespace=d.config.namespace)
         except kube.NotFound:
             return None
-        token = reporter.token_from_secret(secret)
-        if token:
-            # Kept on the run's record: a Stuck report's Secret goes with its Job before the send.
-            # Written from the pool while the task is in its table, where nothing else removes it.
-            d.tokens[self.name] = token
-        return token
+        self.token = reporter.token_from_secret(secret) or None
+        return self.token
 
     def _gather(self, d: Dispatcher) -> Obj:
         return reporter.gather(d.kube, namespace=d.config.namespace, kind=self.kind, job_name=self.name, job=self.job,

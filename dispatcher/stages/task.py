@@ -1,10 +1,12 @@
 """A step still to do for one driver Job, tried on the pool until it is done.
 
-The loop owns a task: it marks it busy, submits `step` to the pool, and
-settles it with the answer (`settle`): done, abandoned after `max_attempts`,
-or due again after a jittered backoff (never sooner than the backend's
-Retry-After). `done` and `abandoned` then run on the loop, where the state
-may change. Each kind of task is a subclass; which table holds it
+The loop owns a task: it marks it busy, copies in what the step needs
+from the state (`begin`), submits `step` to the pool, takes back what the
+step found (`answered`), and settles it with the answer (`settle`): done,
+abandoned after `max_attempts`, or due again after a jittered backoff
+(never sooner than the backend's Retry-After). `begin`, `answered`, `done`
+and `abandoned` run on the loop, where the state may change; `step` reads
+and writes only its own task's fields. Each kind of task is a subclass; which table holds it
 (`TABLE`) is part of its type, so the loop never tells tables apart by
 identity.
 """
@@ -39,9 +41,16 @@ class Task:
     TABLE: ClassVar[str] = ""  # "reports", "checks" or "reaps": the loop's table that holds it
     max_attempts: ClassVar[int | None] = None  # None: tried until done
 
+    def begin(self, d: Dispatcher) -> None:
+        """On the loop, just before `step` goes to the pool: copy onto the task what it needs of the state."""
+
     def step(self, d: Dispatcher) -> bool:
-        """The I/O, on the pool: True when nothing is left to do."""
+        """The I/O, on the pool: True when nothing is left to do. It reads the settings and the clients
+        of `d`, never its state."""
         raise NotImplementedError
+
+    def answered(self, d: Dispatcher) -> None:
+        """On the loop, after every `step` (done or not): hand back to the state what the step found."""
 
     def done(self, d: Dispatcher) -> None:
         """On the loop, once `step` answered True."""

@@ -194,3 +194,52 @@ def test_the_fake_takes_the_shared_client_s_arguments(method: str) -> None:
     real = inspect.signature(getattr(kube.Client, method)).parameters
     fake = inspect.signature(getattr(fakekube.FakeClient, method)).parameters
     assert [(p.name, p.kind) for p in fake.values()] == [(p.name, p.kind) for p in real.values()]
+
+
+class WritesSeen(dict[str, str]):
+    """The token record, noting the thread of every write to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writers: set[str] = set()
+
+    def __setitem__(self, key: str, value: str) -> None:
+        self.writers.add(threading.current_thread().name)
+        super().__setitem__(key, value)
+
+    def pop(self, key: str, *default: object) -> object:  # type: ignore[override]
+        self.writers.add(threading.current_thread().name)
+        return super().pop(key, *default)
+
+
+def test_a_token_read_back_from_its_secret_is_recorded_by_the_loop_not_by_a_worker(ref: proc.Backend) -> None:
+    """A run claimed by a dispatcher now gone (its Job and Secret stand, its token is in no record
+    here) fails: the report reads the token from the Secret on a worker and hands it back; only the
+    loop writes the token record (`app`: one thread owns the state)."""
+    run = ref.enqueue()
+    gone = backend.Backend(url=ref.url, service_token=ref.token, timeout=5)
+    try:
+        claim = gone.claim()
+    finally:
+        gone.close()
+    assert claim is not None and claim.job_id == run["id"]
+    fake = fakekube.FakeClient()
+    made = fake.put(paths.JOB, jobspec.job(claim, config_for(ref)), namespace=NS)
+    name = made["metadata"]["name"]
+    fake.put(paths.SECRET, jobspec.secret(claim, config_for(ref), job_uid=made["metadata"]["uid"]), namespace=NS)
+    d, api = dispatcher(ref, fake)
+    d.tokens = WritesSeen()
+    loop_threads: list[str] = []
+    run_loop = d.run
+    d.run = lambda **kw: loop_threads.append(threading.current_thread().name) or run_loop(**kw)  # type: ignore[method-assign]
+    try:
+        def failed_and_reported() -> bool:
+            if d.ledger.get(name) is not None and not d.checks and (fake.objects[("jobs", NS, name)].get("status")
+                                                                     is None):
+                fakekube.finish(fake, name=name, namespace=NS, state="Failed")
+            return ref.get(run["id"])["state"] == "failed" and not d.reports
+        drive(d, failed_and_reported)
+    finally:
+        api.close()
+    assert len(ref.get(run["id"])["reports"]) == 1, "reported with the token read back from the Secret"
+    assert d.tokens.writers == set(loop_threads), f"written from {sorted(d.tokens.writers)}"
