@@ -1,29 +1,34 @@
 """`make demo`: the whole system on the local cluster, checked as it goes.
 
-The story, on the real Trainer, JobSet and Kueue controllers, with kwok nodes
-and every trainer container run for real in podman through the prologue:
+The story, on the real Trainer, JobSet and Kueue controllers and a real node
+(the kubelet and containerd, devcluster/node.py) that runs every pod: the
+sidecar verifier as a native sidecar, then the trainer through the prologue.
+Every identity in the table is what a container printed, read back through
+`pods/log` as `kubectl logs` reads it:
 
   runtime    `toolkit render runtime` makes a runtime fit; `check-runtime`
              refuses one that restarts a rank in place, naming the field
   admission  a TrainJob started in Kueue mode; our admission check raises A
              and approves; its pods run through the prologue
-  restart    a rank fails: JobSet restarts it (J+1), the epoch goes up
+  restart    a rank fails (its container exits 3): JobSet restarts it (J+1),
+             the epoch goes up
   preempt    a higher-priority TrainJob preempts it; Kueue admits it again
              later: A+1, the epoch goes up again
   reset      its JobSet is deleted by hand: Trainer rebuilds it with J back
              at 0, the repeated identity runs, and our controller flags the
-             TrainJob foreign with the exact cause; the pod's sidecar
-             verifier, run in its image, reports it too (a Warning Event that
-             `kubectl describe` shows); nothing is stopped
+             TrainJob foreign with the exact cause; the new pod's sidecar
+             verifier reports it too, at its first check, before the trainer
+             starts (a Warning Event that `kubectl describe` shows); nothing
+             is stopped
   plain      a TrainJob without Kueue: open raises A, hold stops it,
              release raises A again
   dispatch   the reference backend (real HTTP, real SQLite) and the
              dispatcher under its shipped Role: 20 runs under two harnesses
              with limits of their own, claimed under a global in-flight cap,
-             one driver Job per run; the demo plays each driver (it reports
-             and exits); one is OOM-killed, reported with its reason, exit
-             code 137 and the tail of its log, and its orphaned sandbox pod is
-             reaped
+             one driver Job per run; each driver reports and exits; one is
+             OOM-killed by the kernel under its memory limit, reported with
+             its reason, exit code 137 and the tail of its log, and its
+             orphaned sandbox pod is reaped
 
 Each stage states what it expects and checks it; the first expectation not
 observed ends the demo with exit 1 and one `demo: FAILED` line. At the end,
@@ -39,8 +44,11 @@ guarantees, plus a `finally`).
 from __future__ import annotations
 
 import collections
+import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -48,7 +56,7 @@ from typing import Any
 import kubernetes.client
 
 from controller import admission
-from devcluster import execute, harness, local, runqueue, scenario, stack as stack_mod
+from devcluster import harness, local, node as node_mod, runqueue, scenario, stack as stack_mod
 from dispatcher import jobspec
 from toolkit import adapter, names, render, runtime_check
 
@@ -68,7 +76,7 @@ def expect(ok: object, what: str) -> None:
         raise Failed(what)
 
 
-def _stage_runtime(low: scenario.Scenario) -> None:
+def _stage_runtime(low: scenario.Scenario, marks: pathlib.Path) -> None:
     say("runtime: toolkit render runtime + check-runtime")
     fit = render.runtime(scenario.runtime("demo", cpu="1"))
     expect(runtime_check.check(fit) == [], "the rendered runtime passes check-runtime")
@@ -77,7 +85,7 @@ def _stage_runtime(low: scenario.Scenario) -> None:
     refusals = runtime_check.check(render.runtime(bad))
     expect(refusals, "a runtime that restarts in place is refused")
     say(f"  refused as expected: {refusals[0]}")
-    low.create_runtime(scenario.runtime("demo", cpu="1"))
+    low.create_runtime(scenario.runtime("demo", cpu="900m", host_dirs={scenario.MARKS: marks}))
     say("  runtime 'demo' applied (restartPolicy Never, backoffLimit 0, the sidecar verifier added)")
 
 
@@ -85,28 +93,28 @@ def _a(pods: list[dict[str, Any]]) -> set[str]:
     return {p["metadata"]["annotations"][names.ADMISSION_ANNOTATION] for p in pods}
 
 
-def _story(stack: stack_mod.Stack, namespace: str, suffix: str) -> list[tuple[str, scenario.Scenario]]:
+def _story(stack: stack_mod.Stack, namespace: str, suffix: str,
+           marks: pathlib.Path) -> list[tuple[str, scenario.Scenario]]:
     with stack.plane.api_client() as api, stack.plane.api_client() as api2:
         scenario.kueue_queues(api, suffix=suffix, namespace=namespace, check_controller=admission.CONTROLLER_NAME)
         low = scenario.Scenario(stack, api, namespace)
         high = scenario.Scenario(stack, api2, namespace, service_account=False)
-        _stage_runtime(low)
+        _stage_runtime(low, marks)
 
         say("admission: StartRequest in Kueue mode (queue lq, priority low)")
-        low.start("demo", queue="lq", job_id="llama.ft", env={"FAIL_FIRST": "1"},
+        low.start("demo", queue="lq", job_id="llama.ft", env={"FAIL_FIRST": f"{scenario.MARKS}/failed", "STAY": "1"},
                   labels={"kueue.x-k8s.io/priority-class": f"low-{suffix}"})
-        pods = low.new_running_pods()
+        pods = low.new_pods()
         first_a = int(_a(pods).pop())
-        say(f"  our admission check raised A to {first_a} and approved; pods Running: "
-            f"{[p['metadata']['name'] for p in pods]}")
+        say(f"  our admission check raised A to {first_a} and approved; the kubelet ran "
+            f"{[p['metadata']['name'] for p in pods]} on {pods[0]['spec']['nodeName']}")
 
-        say("restart: rank 0 fails (exit 3) on J=0")
+        say("restart: rank 0 fails (its container exits 3) on J=0")
         for pod in pods:
-            result = low.run(pod)
+            result = low.run(pod, until_exit=True)
             expect(result.exit_code == 3, f"the first execution fails with exit 3 (got {result.exit_code})")
-            low.end(pod, result.exit_code)
         low.wait("the JobSet restart", lambda: ((low.jobset() or {}).get("status") or {}).get("restarts") == 1)
-        pods = low.new_running_pods()
+        pods = low.new_pods()
         expect(all(p["metadata"]["labels"][names.RESTART_LABEL] == "1" for p in pods), "the new pods carry J=1")
         for pod in pods:
             low.run(pod)  # left running: the preemption ends it
@@ -116,12 +124,11 @@ def _story(stack: stack_mod.Stack, namespace: str, suffix: str) -> list[tuple[st
         high.start("demo", queue="lq", job_id="eval.urgent",
                    labels={"kueue.x-k8s.io/priority-class": f"high-{suffix}"})
         low.wait("the low TrainJob to be suspended by the eviction", lambda: low.trainjob()["spec"].get("suspend"))
-        say("  Kueue evicted the low TrainJob (suspended)")
-        for pod in high.new_running_pods():
-            result = high.run(pod)
-            high.end(pod, result.exit_code)
+        say("  Kueue evicted the low TrainJob (suspended; the kubelet stopped its pods)")
+        for pod in high.new_pods():
+            high.run(pod, until_exit=True)
         say("  the high TrainJob ran and finished; Kueue admits the low one again")
-        pods = low.new_running_pods()
+        pods = low.new_pods()
         again = int(_a(pods).pop())
         expect(again > first_a, f"re-admission raised A above {first_a} (got {again})")
         for pod in pods:
@@ -136,10 +143,9 @@ def _story(stack: stack_mod.Stack, namespace: str, suffix: str) -> list[tuple[st
             body={"propagationPolicy": "Background"})
         new = low.wait("Trainer to build a new JobSet", lambda: (
             (js := low.jobset()) and js["metadata"]["uid"] != old_uid and js))
-        pods = low.new_running_pods()
+        pods = low.new_pods()
         for pod in pods:
-            result = low.run(pod)
-            low.end(pod, result.exit_code)
+            low.run(pod)
         cause = f"JobSet UID {new['metadata']['uid']} is not the recorded {old_uid}: J may have been reset"
         low.wait("the foreign flag", lambda: cause in (low.foreign() or "").split("\n"))
         say(f"  flagged foreign: {cause}")
@@ -155,10 +161,11 @@ def _story(stack: stack_mod.Stack, namespace: str, suffix: str) -> list[tuple[st
 
 
 def _sidecar_reports(low: scenario.Scenario, pod: dict[str, Any]) -> None:
-    """The pod's sidecar verifier, run in its own image with the pod's ServiceAccount: it sees the
-    reset and posts its Warning Event on the TrainJob, which `kubectl describe` shows."""
-    ran = low.run_sidecar(pod)
-    expect(ran.exit_code == 0, f"the sidecar ran one check and exited 0 (got {ran.exit_code}: {ran.stderr[-300:]})")
+    """The pod's sidecar verifier, a native sidecar the kubelet ran before the trainer: its first
+    check sees the reset and posts its Warning Event on the TrainJob, which `kubectl describe` shows."""
+    verdicts = low.wait("the sidecar's first verdict", lambda: low.sidecar_verdicts(pod))
+    expect(verdicts[0]["verdict"] == "violation" and "jobset-uid" in verdicts[0]["rules"],
+           f"the sidecar's first check found the reset (got {verdicts[0]})")
     events = low.wait("the sidecar's Event", lambda: low.events(names.SIDECAR_VIOLATION_REASON))
     expect(events[0]["type"] == "Warning", f"the sidecar's Event is a Warning (got {events[0]['type']})")
     kubectl = harness.binary(local.KUBECTL, low.stack.plane.bin_dir)
@@ -173,19 +180,18 @@ def _sidecar_reports(low: scenario.Scenario, pod: dict[str, Any]) -> None:
 
 def _stage_plain(plain: scenario.Scenario) -> None:
     say("plain mode: toolkit start, open (A raised, unsuspended in one update)")
-    plain.start("demo", job_id="sweep.7")
+    plain.start("demo", job_id="sweep.7", env={"STAY": "1"})
     opened = adapter.open_(plain.client, namespace=plain.namespace, name=plain.name)
     expect(opened.admission == 1, f"open raised A to 1 (got {opened.admission})")
-    for pod in plain.new_running_pods():
+    for pod in plain.new_pods():
         plain.run(pod)  # left running: the hold stops it
     say("  hold: suspended, its pods go")
     expect(adapter.hold(plain.client, namespace=plain.namespace, name=plain.name), "hold suspends the TrainJob")
     plain.wait("the held TrainJob's pods to go", lambda: not plain.pods())
     released = adapter.release(plain.client, namespace=plain.namespace, name=plain.name)
     expect(released.admission == 2, f"release raised A to 2 (got {released.admission})")
-    for pod in plain.new_running_pods():
-        result = plain.run(pod)
-        plain.end(pod, result.exit_code)
+    for pod in plain.new_pods():
+        plain.run(pod)
     say(f"  released with A=2: epoch {plain.executions[-1].epoch} (was {plain.executions[-2].epoch})")
 
 
@@ -350,32 +356,35 @@ def _table(jobs: list[tuple[str, scenario.Scenario]]) -> bool:
 
 
 def main() -> int:
-    say("building the local cluster (cached after the first run: about 25 min on 2 cores the first time)")
+    say("building the local cluster (cached after the first run: about 35 min on 2 cores the first time)")
     start = time.monotonic()
     plane_bin = harness.build_binaries()
-    say(f"  etcd, kube-apiserver, kube-controller-manager, kube-scheduler: {plane_bin} "
+    say(f"  etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy: {plane_bin} "
         f"({time.monotonic() - start:.1f}s)")
     start = time.monotonic()
     controllers_bin = stack_mod.build_binaries()
-    say(f"  Trainer, JobSet, Kueue, kwok: {controllers_bin} ({time.monotonic() - start:.1f}s)")
-    plane = harness.ControlPlane(bin_dir=plane_bin)
+    say(f"  Trainer, JobSet, Kueue, containerd: {controllers_bin} ({time.monotonic() - start:.1f}s)")
     running: stack_mod.Stack | None = None
+    marks = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-demo-marks-"))
     try:
         say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, then Trainer, JobSet, "
-            "Kueue (webhooks served on 127.0.0.1), kwok and our controller")
-        running = local.start(plane, controllers=controllers_bin)
+            "Kueue (webhooks served on 127.0.0.1) and our controller, then the node: containerd, kubelet, "
+            "kube-proxy")
+        running = local.start(plane_bin=plane_bin, controllers=controllers_bin)
+        if running.swept:
+            say(f"  cleaned up after an earlier node first: {'; '.join(running.swept)}")
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
-        with plane.api_client() as api:
+        with running.plane.api_client() as api:
             harness.create_namespace(api, namespace)
-        say(f"cluster up: 2 kwok nodes, namespace {namespace}")
-        jobs = _story(running, namespace, namespace)
+        say(f"cluster up: node {node_mod.NODE_NAME} Ready (kubelet + containerd), namespace {namespace}")
+        jobs = _story(running, namespace, namespace, marks)
         _stage_dispatch(running, namespace)
         ok = _table(jobs)
         if not ok:
             raise Failed("every execution's epoch is above its TrainJob's earlier ones, or the TrainJob is flagged")
         say("demo: every expected outcome observed")
         return 0
-    except (Failed, AssertionError, harness.HarnessError, execute.Timeout, execute.ResolveError) as e:
+    except (Failed, AssertionError, harness.HarnessError) as e:
         print(f"demo: FAILED: {e}", file=sys.stderr)
         if running is not None:
             print(running.logs(lines=30), file=sys.stderr)
@@ -384,7 +393,8 @@ def main() -> int:
         if running is not None:
             running.stop()
             stack_mod.clean_up(running.started)
-        plane.stop()
+            running.plane.stop()
+        shutil.rmtree(marks, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,28 +1,38 @@
 """One e2e scenario's moving parts: a runtime fit for dispatch, a TrainJob
 started through the toolkit, the pods the real controllers made for it, and
-every execution of their containers (devcluster/execute.py).
+every execution of their trainer containers, as the real node ran them
+(devcluster/node.py): the identity each one printed is read back from its
+log through `pods/log`, the way a person reads it with `kubectl logs`.
+
+The user's command (COMMAND) prints its environment, then: exits 3 if
+FAIL_FIRST names a directory it can make (on a volume every execution of the
+TrainJob shares, `runtime(host_dirs=...)`), so exactly the first execution
+fails and JobSet restarts it; stays running until it is told to stop
+(SIGTERM: a preemption, a hold, a deleted JobSet) when STAY is set; else
+exits 0.
 
 The identity rule every scenario ends with (`check_identities`): across the
 executions of one TrainJob the epochs strictly increase and the attempt
 tokens are distinct, except where a foreign flag was raised first. Each
-execution records the TrainJob's foreign flag as it stood just before the
-container ran (`flag_at_run`), so a scenario that resets an identity on
-purpose can show which executions the rule covers and that the flag came
-first.
+execution records the TrainJob's foreign flag as it stood when its
+container was first seen started (`flag_at_run`), so a scenario that resets
+an identity on purpose can show which executions the rule covers and that
+the flag came first.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import pathlib
 import time
-import urllib.parse
 from typing import Any
 
 import kubernetes.client
 import kubernetes.utils
 import yaml
 
-from devcluster import execute, stack as stack_mod
+from devcluster import stack as stack_mod
 from toolkit import adapter, kube, names, paths, render
 from toolkit import request as request_mod
 
@@ -32,10 +42,46 @@ JOB_ID = "e2e.job"  # JobIDs may hold dots: the token is parsed from the right
 GENERATION, SUBMISSION, ATTEMPT = 3, 7, 1
 WAIT_SECONDS = 90.0
 
-# The user's command: print the identity; exit 3 on the JobSet's first attempt
-# when FAIL_FIRST is set (J is the token's last field).
+TRAINER_CONTAINER = "node"  # Trainer's name for the trainer container of the `node` replicated job
+
+# The user's command (see the module docstring). As PID 1 of its container the shell has no
+# default SIGTERM action, hence the trap.
 COMMAND = ["/bin/sh", "-c",
-           'env; if [ -n "$FAIL_FIRST" ] && [ "${DISPATCH_ATTEMPT##*.}" = 0 ]; then exit 3; fi']
+           'env; if [ -n "$FAIL_FIRST" ] && mkdir "$FAIL_FIRST" 2>/dev/null; then exit 3; fi; '
+           '[ -n "$STAY" ] || exit 0; trap "exit 0" TERM; while :; do sleep 1 & wait $!; done']
+MARKS = "/marks"  # where a scenario mounts the directory FAIL_FIRST points into
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """One run of a trainer container, as its log tells it."""
+
+    pod: str
+    restarts: int  # the container's restartCount when read: which run of it in the pod this is
+    exit_code: int | None  # None: still running when read
+    log: str
+    epoch: str | None
+    attempt: str | None
+
+
+def printed(log: str, key: str) -> str | None:
+    """The value of the last `KEY=value` line of LOG (an `env` listing), or None."""
+    found = None
+    for line in log.splitlines():
+        if line.startswith(key + "="):
+            found = line[len(key) + 1:]
+    return found
+
+
+def container_status(pod: dict[str, Any], name: str) -> dict[str, Any] | None:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return next((dict(c) for c in statuses if c.get("name") == name), None)
+
+
+def started(pod: dict[str, Any], name: str = TRAINER_CONTAINER) -> bool:
+    """The container has run (running now, or terminated after it ran)."""
+    state = (container_status(pod, name) or {}).get("state") or {}
+    return "running" in state or "terminated" in state
 
 
 def runtime(name: str, *, max_restarts: int = 2, cpu: str | None = None, image: str = IMAGE,
@@ -84,8 +130,8 @@ class Scenario:
         self.namespace = namespace
         self.name = ""
         self.job_id = JOB_ID
-        self.executions: list[execute.Execution] = []
-        self.flag_at_run: list[str | None] = []  # the foreign annotation just before each execution
+        self.executions: list[Execution] = []
+        self.flag_at_run: list[str | None] = []  # the foreign annotation when each execution was first seen
         self.seen_pods: set[str] = set()
         # The sidecar's ServiceAccount, Role and RoleBinding, as deployments/k8s/base/sidecar ships them
         # (once per namespace: a second scenario in it finds them there).
@@ -143,29 +189,53 @@ class Scenario:
         return [(w["metadata"]["name"], (w.get("status") or {}).get("conditions"),
                  (w.get("status") or {}).get("admissionChecks")) for w in listed["items"]]
 
-    def new_running_pods(self) -> list[dict[str, Any]]:
-        """Wait for pods not seen before, all Running on kwok nodes."""
+    def pod(self, name: str) -> dict[str, Any]:
+        return dict(self.api.sanitize_for_serialization(self.core.read_namespaced_pod(name, self.namespace)))
+
+    def new_pods(self) -> list[dict[str, Any]]:
+        """Wait for pods not seen before whose trainer container the kubelet has started (it may
+        have ended already), and mark them seen."""
         def ready() -> list[dict[str, Any]] | None:
             fresh = [p for p in self.pods() if p["metadata"]["uid"] not in self.seen_pods
                      and not p["metadata"].get("deletionTimestamp")]
-            if fresh and all(p["status"].get("phase") == "Running" for p in fresh):
+            if fresh and all(started(p) for p in fresh):
                 return fresh
             return None
-        pods = self.wait("new Running pods", ready)
+        pods = self.wait("new pods with their trainer container started", ready)
         for pod in pods:
             self.seen_pods.add(pod["metadata"]["uid"])
         return pods
 
-    def run(self, pod: dict[str, Any]) -> execute.Execution:
-        """Check the pod's identity inputs, run its container, end the pod with its exit code."""
+    def log(self, pod: dict[str, Any], container: str = TRAINER_CONTAINER, *, previous: bool = False) -> str:
+        return str(self.core.read_namespaced_pod_log(pod["metadata"]["name"], self.namespace, container=container,
+                                                     previous=previous))
+
+    def run(self, pod: dict[str, Any], *, until_exit: bool = False) -> Execution:
+        """The execution of POD's trainer container: its identity inputs checked, the identity it
+        printed read from its log (waited for), its exit code if it has ended (UNTIL_EXIT: wait
+        for that); recorded in `executions`."""
         meta = pod["metadata"]
         assert names.ADMISSION_ANNOTATION in (meta.get("annotations") or {}), meta
         assert names.RESTART_LABEL in (meta.get("labels") or {}), meta
         init = [c["name"] for c in pod["spec"].get("initContainers") or []]
         assert names.SIDECAR_CONTAINER in init, init
         flag = self.foreign()
-        result = execute.run(pod, container_name="node")
-        assert result.epoch is not None and result.attempt is not None, (result.stdout, result.stderr)
+        name = meta["name"]
+
+        def seen() -> Execution | None:
+            now = self.pod(name)
+            status = container_status(now, TRAINER_CONTAINER) or {}
+            ended = ((status.get("state") or {}).get("terminated") or {})
+            if until_exit and not ended:
+                return None
+            text = self.log(now)
+            if printed(text, "DISPATCH_ATTEMPT") is None and not ended:
+                return None
+            return Execution(pod=name, restarts=int(status.get("restartCount") or 0),
+                             exit_code=ended.get("exitCode") if ended else None, log=text,
+                             epoch=printed(text, "DISPATCH_EPOCH"), attempt=printed(text, "DISPATCH_ATTEMPT"))
+        result = self.wait(f"the identity printed by {name}", seen)
+        assert result.epoch is not None and result.attempt is not None, result.log
         a, j = meta["annotations"][names.ADMISSION_ANNOTATION], meta["labels"][names.RESTART_LABEL]
         assert result.attempt == f"{self.job_id}.{SUBMISSION}.{ATTEMPT}.{a}.{j}"
         assert int(result.epoch) == GENERATION * 10**12 + SUBMISSION * 10**6 + int(a) + int(j)
@@ -173,27 +243,22 @@ class Scenario:
         self.flag_at_run.append(flag)
         return result
 
-    def run_sidecar(self, pod: dict[str, Any], *, checks: int = 1) -> execute.Execution:
-        """Run the pod's sidecar verifier in its image as the kubelet would, for CHECKS checks: the
-        pod's ServiceAccount token from a TokenRequest, the apiserver on loopback."""
-        account = pod["spec"]["serviceAccountName"]
-        token = self.core.create_namespaced_service_account_token(
-            account, self.namespace, {"spec": {"expirationSeconds": 600}}).status.token
-        server = urllib.parse.urlsplit(self.stack.plane.server)
-        sa = execute.ServiceAccount(token=token, ca_pem=pathlib.Path(self.stack.plane.ca_file).read_text(),
-                                    host=server.hostname or "", port=server.port or 443)
-        return execute.run_sidecar(pod, container_name=names.SIDECAR_CONTAINER, account=sa,
-                                   env={"DISPATCH_SIDECAR_MAX_CHECKS": str(checks)})
+    def sidecar_lines(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
+        """The JSON log lines of the pod's real sidecar verifier (a native sidecar the kubelet ran)."""
+        lines = []
+        for line in self.log(pod, names.SIDECAR_CONTAINER).splitlines():
+            if line.startswith("{"):
+                lines.append(json.loads(line))
+        return lines
+
+    def sidecar_verdicts(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
+        return [line for line in self.sidecar_lines(pod) if line.get("message") == "verdict"]
 
     def events(self, reason: str) -> list[dict[str, Any]]:
         """Events about this TrainJob with REASON."""
         listed = self.core.list_namespaced_event(self.namespace,
                                                  field_selector=f"involvedObject.name={self.name},reason={reason}")
         return [self.api.sanitize_for_serialization(e) for e in listed.items]
-
-    def end(self, pod: dict[str, Any], exit_code: int) -> None:
-        self.core.patch_namespaced_pod(pod["metadata"]["name"], self.namespace,
-                                       {"metadata": {"annotations": {stack_mod.EXIT_CODE_ANNOTATION: str(exit_code)}}})
 
     def trainjob(self) -> dict[str, Any]:
         return self.client.get(paths.TRAINJOB, name=self.name, namespace=self.namespace)
@@ -217,17 +282,17 @@ class Scenario:
         except kube.NotFound:
             return None
 
-    def check_identities(self, *, resets: list[execute.Execution] | None = None) -> None:
+    def check_identities(self, *, resets: list[Execution] | None = None) -> None:
         """The identity rule over this scenario's executions (`identity_rule`)."""
         identity_rule(self.executions, self.flag_at_run, resets=resets or [])
 
 
-def identity_rule(executions: list[execute.Execution], flags: list[str | None], *,
-                  resets: list[execute.Execution]) -> None:
+def identity_rule(executions: list[Execution], flags: list[str | None], *,
+                  resets: list[Execution]) -> None:
     """Each execution's epoch is above every earlier one's and its token is
     new (so across the executions before the foreign flag the epochs strictly
     increase and the tokens are distinct), unless the flag (`flags`, as it
-    stood just before each ran) was already raised when it ran. `resets` are
+    stood when each was first seen) was already raised when it ran. `resets` are
     executions a scenario made repeat an identity on purpose before the flag
     could be raised (the detection races the pods); the scenario asserts their
     flag itself."""

@@ -1,5 +1,6 @@
 """Fixtures of the end-to-end suite: a control plane of its own with the real
-Trainer, JobSet and Kueue controllers and kwok on it (devcluster/stack.py).
+Trainer, JobSet and Kueue controllers on it (devcluster/stack.py) and the
+real node that runs every pod (devcluster/node.py), through `local.start`.
 
 The e2e plane is not the session's shared `control_plane`: installing
 Trainer's and JobSet's webhooks changes how every TrainJob and pod is
@@ -9,11 +10,12 @@ starts its own plane and stack once per e2e module (a module that sets
 When an e2e test fails, every controller's log (and the plane's) is attached
 to its report.
 
-Nothing is left running, and that is checked: every process group the plane
-and the stack started is recorded, and at the end of the session none may
-still have a live process, nor may any container this session ran with podman
-(devcluster/execute.py labels them) still exist. A leftover fails the session
-(an error in the last test's teardown) and is then cleaned up.
+Nothing is left running, and that is checked: every process group the plane,
+the stack and the node started is recorded, and at the end of the run none
+may still have a live process, and the host must show nothing of the node
+(`node.host_snapshot()`: no mount, cgroup, bridge, address, KUBE- chain or
+process of it). A leftover fails the run (an error in the last test's
+teardown) and is then cleaned up.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Iterator
 import pytest
 
 from controller import admission
-from devcluster import harness, local, scenario
+from devcluster import harness, local, node as node_mod, scenario
 from devcluster import stack as stack_mod
 
 
@@ -35,30 +37,33 @@ _started: list[tuple[str, int]] = []
 
 @pytest.fixture(scope="session", autouse=True)
 def leaves_nothing_running() -> Iterator[None]:
+    before = node_mod.host_snapshot()
     yield
-    left = stack_mod.leftovers(_started)
-    if left:
+    left = stack_mod.still_running(_started)
+    after = node_mod.host_snapshot()
+    changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    if left or changed:
         stack_mod.clean_up(_started)
-        pytest.fail(f"the e2e session left these running: {left}")
+        node_mod.sweep()
+        pytest.fail(f"the e2e run left these behind: {left}; host changes (before, after): {changed}")
 
 
 @pytest.fixture(scope="module")
 def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
     """A module sets E2E_KUEUE = True to run Kueue and our controller too."""
     kueue = bool(getattr(request.module, "E2E_KUEUE", False))
-    plane = harness.ControlPlane()
-    try:
-        running = local.start(plane, kueue=kueue)  # stops what it started if it fails
-    finally:
-        _started.extend(plane.pids().items())
+    running = local.start(kueue=kueue)  # stops what it started if it fails
+    _started.extend(running.plane.pids().items())
     _live.append(running)
     try:
         yield running
     finally:
+        _started.extend(running.started)
+        if running.node is not None:
+            _started.extend(running.node.started)
         running.stop()
         _live.remove(running)
-        _started.extend(running.started)
-        plane.stop()
+        running.plane.stop()
 
 
 @pytest.fixture

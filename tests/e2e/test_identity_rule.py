@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from devcluster import execute, scenario as flow
+from devcluster import scenario as flow
 
 
-def _ran(epoch: int, token: str) -> execute.Execution:
-    return execute.Execution(pod=f"pod-{token}", exit_code=0, stdout="", stderr="", epoch=str(epoch), attempt=token)
+def _ran(epoch: int, token: str) -> flow.Execution:
+    return flow.Execution(pod=f"pod-{token}", restarts=0, exit_code=0, log="", epoch=str(epoch), attempt=token)
 
 
 def test_strictly_increasing_epochs_and_new_tokens_pass() -> None:
@@ -18,7 +18,7 @@ def test_strictly_increasing_epochs_and_new_tokens_pass() -> None:
 
 @pytest.mark.parametrize("second", [_ran(1, "j.1.1.1.1"), _ran(0, "j.1.1.0.0"), _ran(2, "j.1.1.1.0")],
                          ids=["same epoch", "lower epoch", "same token"])
-def test_a_repeat_with_no_flag_raised_first_fails(second: execute.Execution) -> None:
+def test_a_repeat_with_no_flag_raised_first_fails(second: flow.Execution) -> None:
     with pytest.raises(AssertionError, match="no foreign flag was raised before it ran"):
         flow.identity_rule([_ran(1, "j.1.1.1.0"), second], [None, None], resets=[])
 

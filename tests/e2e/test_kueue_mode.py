@@ -46,12 +46,12 @@ def test_kueue_admission_preemption_and_readmission_raise_admission(
         low = Scenario(stack, api, e2e_namespace)
         high = Scenario(stack, api2, e2e_namespace, service_account=False)
         low.create_runtime(flow.runtime("kueue", cpu="1"))
-        low.start("kueue", queue="lq", job_id="e2e.low",
+        low.start("kueue", queue="lq", job_id="e2e.low", env={"STAY": "1"},
                   labels={"kueue.x-k8s.io/priority-class": f"low-{queues}"})
 
         # Kueue reserves quota, our controller raises A and sets the check
         # Ready, Kueue admits and unsuspends: the pods run with that A.
-        pods = low.new_running_pods()
+        pods = low.new_pods()
         first_a = _admitted_at(low, check, pods)
         # 1 when our controller's Ready lands on the Workload version that
         # showed the reservation. When the Workload changes between our raise
@@ -65,13 +65,13 @@ def test_kueue_admission_preemption_and_readmission_raise_admission(
         # agree exactly either way (_admitted_at).
         assert first_a in (1, 2)
         for pod in pods:
-            low.run(pod)  # left running
+            assert low.run(pod).exit_code is None  # left running: the preemption stops it
 
         # A higher priority preempts it; it runs with its own A.
         high.start("kueue", queue="lq", job_id="e2e.high",
                    labels={"kueue.x-k8s.io/priority-class": f"high-{queues}"})
         low.wait("the low TrainJob to be suspended by the eviction", lambda: low.trainjob()["spec"].get("suspend"))
-        high_pods = high.new_running_pods()
+        high_pods = high.new_pods()
         assert _admitted_at(high, check, high_pods) in (1, 2)
         # While the high one holds the quota, the low Workload is evicted by
         # preemption and holds no reservation. Kueue reset our check to
@@ -87,17 +87,15 @@ def test_kueue_admission_preemption_and_readmission_raise_admission(
         assert (entry["state"], entry["message"]) == ("Pending", "Reset to Pending after eviction. Previously: Ready"), entry
         assert raising.counts(low.trainjob()).current == first_a
         for pod in high_pods:
-            result = high.run(pod)
-            high.end(pod, result.exit_code)  # finishes: frees the quota
+            assert high.run(pod, until_exit=True).exit_code == 0  # finishes: frees the quota
 
         # Re-admitted: the eviction put the check back to Pending, so A was
         # raised again at re-admission, and the check's
         # message names exactly the A the new pods carry.
-        pods = low.new_running_pods()
+        pods = low.new_pods()
         again = _admitted_at(low, check, pods)
         assert again > first_a
         for pod in pods:
-            result = low.run(pod)
-            low.end(pod, result.exit_code)
+            low.run(pod)
         low.check_identities()
         high.check_identities()

@@ -3,12 +3,10 @@ a JobSet deleted by hand is rebuilt by Trainer with restarts 0, and our
 controller flags the TrainJob foreign with the exact cause; our runtime patch
 rewritten lower does not lower the next raise (the floor holds); a pod that
 runs below the floor is flagged too, by the controller's own pod check and
-by the real sidecar verifier run for that pod (kwok runs no containers, so
-devcluster/execute.py runs the sidecar container in its image as a kubelet
-would: the pod's own metadata as its Downward API files, a TokenRequest token
-of the pod's ServiceAccount under the shipped sidecar Role), whose Event the
-controller confirms and turns into the foreign flag. Plain mode, with our
-controller running.
+by the pod's real sidecar verifier (a native sidecar the kubelet runs with the
+pod's Downward API files and its projected ServiceAccount token, under the
+shipped sidecar Role), whose Event the controller confirms and turns into the
+foreign flag. Plain mode, with our controller running.
 
 Every pod is executed, the rebuilt JobSet's and the below-floor ones too:
 they repeat the first execution's identity, which is what the flag is for.
@@ -19,7 +17,6 @@ the test shows it repeats and that the flag follows.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import kubernetes.client
@@ -51,9 +48,9 @@ def _rewrite_patch(scenario: Scenario, admission: int) -> None:
 
 def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario: Scenario) -> None:
     scenario.create_runtime(flow.runtime("resets"))
-    scenario.start("resets")
+    scenario.start("resets", env={"STAY": "1"})  # each execution runs until it is stopped
     adapter.open_(scenario.client, namespace=scenario.namespace, name=scenario.name)
-    for pod in scenario.new_running_pods():
+    for pod in scenario.new_pods():
         scenario.run(pod)
     old_uid = scenario.wait("the JobSet UID to be recorded", lambda: (
         scenario.trainjob()["metadata"].get("annotations") or {}).get(names.JOBSET_UID_ANNOTATION))
@@ -68,10 +65,9 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
     new = scenario.wait("Trainer to build a new JobSet", lambda: (
         (js := scenario.jobset()) and js["metadata"]["uid"] != old_uid and js))
     assert int((new.get("status") or {}).get("restarts") or 0) == 0
-    # The rebuilt JobSet's pods run as soon as they are Running, as a kubelet
-    # would run them, whether or not the controller has flagged the TrainJob
-    # yet: nothing prevents a reset, it is detected.
-    rebuilt = [scenario.run(pod) for pod in scenario.new_running_pods()]
+    # The kubelet runs the rebuilt JobSet's pods whether or not the controller
+    # has flagged the TrainJob yet: nothing prevents a reset, it is detected.
+    rebuilt = [scenario.run(pod) for pod in scenario.new_pods()]
     cause = f"JobSet UID {new['metadata']['uid']} is not the recorded {old_uid}: J may have been reset"
     scenario.wait("the foreign flag", lambda: cause in (scenario.foreign() or "").split("\n"))
     status = adapter.status(scenario.client, namespace=scenario.namespace, name=scenario.name)
@@ -86,7 +82,7 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
     _rewrite_patch(scenario, 0)
     raised = adapter.release(scenario.client, namespace=scenario.namespace, name=scenario.name)
     assert raised.admission == 2  # max(patch 0, floor 1) + 1
-    for pod in scenario.new_running_pods():
+    for pod in scenario.new_pods():
         assert pod["metadata"]["annotations"][names.ADMISSION_ANNOTATION] == "2"
         scenario.run(pod)
 
@@ -100,7 +96,7 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
         return trainjob, None
     scenario.client.read_modify_write(paths.TRAINJOB, name=scenario.name, namespace=scenario.namespace,
                                       compute=unsuspend)
-    below = scenario.new_running_pods()
+    below = scenario.new_pods()
     assert all(p["metadata"]["annotations"][names.ADMISSION_ANNOTATION] == "1" for p in below)
     # Run too: R = 1 + 0 repeats the first execution again, and this time the
     # flag (from the JobSet reset) was raised before it ran.
@@ -115,22 +111,13 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
     # ran flagged, except the rebuilt JobSet's, whose flag is asserted above.
     scenario.check_identities(resets=rebuilt)
 
-    # The real sidecar of one below-floor pod reports it; the controller turns
-    # its Event into the flag (the cause carries the sidecar's own wording).
+    # The real sidecar of each below-floor pod checked it before its trainer started (the
+    # startupProbe waits for that first check) and reported it; the controller turns its Event
+    # into the flag (the cause carries the sidecar's own wording).
     pod = below[0]
-    seen = _run_sidecar(scenario, pod)
+    seen = scenario.sidecar_verdicts(pod)[0]
     # Below the floor, and (the JobSet was recreated above) not the recorded JobSet.
     assert (seen["verdict"], set(seen["rules"])) == ("violation", {"below-floor", "jobset-uid"}), seen
+    assert seen["check"] == 1
     mark = f"[seen by the sidecar of pod={pod['metadata']['name']}"
     scenario.wait("the sidecar's report to become the flag", lambda: mark in (scenario.foreign() or ""))
-
-
-def _run_sidecar(scenario: Scenario, pod: dict) -> dict:
-    """One check of the pod's real sidecar, in its image, under the shipped sidecar Role (the
-    executor mounts what a kubelet would); returns its verdict line."""
-    ran = scenario.run_sidecar(pod)
-    assert ran.exit_code == 0, ran.stderr  # a violation is reported, never an exit status
-    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
-    verdicts = [line for line in lines if line.get("message") == "verdict"]
-    assert verdicts, ran.stderr
-    return verdicts[-1]

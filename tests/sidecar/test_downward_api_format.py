@@ -17,7 +17,6 @@ import hypothesis
 import hypothesis.strategies as st
 import pytest
 
-from devcluster import execute
 from sidecar import podinfo
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -67,28 +66,6 @@ def test_examples_read_back_exactly(formatmap: pathlib.Path) -> None:
 def test_any_map_reads_back_exactly(formatmap: pathlib.Path, batch: list[dict[str, str]]) -> None:
     for original, text in zip(batch, kubelet_format(formatmap, batch), strict=True):
         assert podinfo.parse_map(text, source="labels") == original, text
-
-
-def _executor_format(annotations: dict[str, str]) -> str:
-    return execute.downward_file({"metadata": {"annotations": annotations}}, "metadata.annotations")
-
-
-def test_the_local_cluster_s_executor_writes_what_the_kubelet_writes(formatmap: pathlib.Path) -> None:
-    # devcluster/execute.py stands in for the kubelet when it runs a sidecar: byte for byte the same files.
-    assert [_executor_format(m) for m in EXAMPLES] == kubelet_format(formatmap, EXAMPLES)
-
-
-# Characters this Python's Unicode tables know: one Go assigned later (U+31350, Unicode 15) Go writes as
-# itself and Python 3.11 (Unicode 14) escapes; the sidecar reads both forms back the same.
-_known = st.characters(blacklist_categories=("Cs", "Cn"))
-_known_maps = st.dictionaries(st.text(st.characters(blacklist_characters="=\n\r", blacklist_categories=("Cs", "Cn")),
-                                      min_size=1, max_size=30), st.text(_known, max_size=60), max_size=6)
-
-
-@hypothesis.settings(max_examples=200, deadline=None)
-@hypothesis.given(st.lists(_known_maps, min_size=1, max_size=20))
-def test_the_executor_agrees_with_the_kubelet_on_any_map(formatmap: pathlib.Path, batch: list[dict[str, str]]) -> None:
-    assert [_executor_format(m) for m in batch] == kubelet_format(formatmap, batch)
 
 
 def test_escapes_go_has_but_quote_never_writes() -> None:
