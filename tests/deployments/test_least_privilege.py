@@ -1,14 +1,20 @@
 """Every shipped Deployment runs its containers with least privilege: non-root, the runtime's default
-seccomp profile, no privilege escalation, every capability dropped (the pod's securityContext or the
-container's own, the container's winning, as the kubelet applies them)."""
+seccomp profile, no privilege escalation, every capability dropped.
+
+The judge is the apiserver: each Deployment's pod is admitted in a namespace that enforces the
+restricted Pod Security Standard (tests/podsecurity.py), where the same pod with privilege escalation
+allowed is refused. The reading of the manifests below only finds the Deployments."""
 
 from __future__ import annotations
 
 import pathlib
 from typing import Any
 
+import kubernetes.client
 import pytest
 import yaml
+
+from tests import podsecurity
 
 BASE = pathlib.Path(__file__).resolve().parents[2] / "deployments" / "k8s" / "base"
 
@@ -27,13 +33,10 @@ def test_the_dispatcher_and_the_controller_are_both_shipped() -> None:
 
 
 @pytest.mark.parametrize(("where", "doc"), deployments(), ids=[w for w, _ in deployments()])
-def test_every_container_runs_with_least_privilege(where: str, doc: dict[str, Any]) -> None:
+def test_every_deployment_s_pod_is_admitted_under_the_restricted_pod_security_standard(
+        api_client: kubernetes.client.ApiClient, namespace: str, where: str, doc: dict[str, Any]) -> None:
     pod = doc["spec"]["template"]["spec"]
-    for container in [*pod.get("initContainers", []), *pod["containers"]]:
-        own = container.get("securityContext") or {}
-        effective = {**(pod.get("securityContext") or {}), **own}
-        assert (effective.get("seccompProfile") or {}).get("type") == "RuntimeDefault", where
-        assert effective.get("runAsNonRoot") is True, where
-        assert own.get("allowPrivilegeEscalation") is False, where
-        assert (own.get("capabilities") or {}).get("drop") == ["ALL"], where
-        assert not (own.get("capabilities") or {}).get("add"), where
+    podsecurity.restricted(api_client, namespace, service_accounts=(pod["serviceAccountName"],))
+    assert podsecurity.admit(api_client, namespace, pod) is None, where
+    refusal = podsecurity.admit(api_client, namespace, podsecurity.loosened(pod))
+    assert refusal is not None and "allowPrivilegeEscalation" in refusal, "the restricted level is enforced"

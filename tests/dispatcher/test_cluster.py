@@ -492,3 +492,26 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
         assert refused == [], "a driver reported for a run that had already ended"
         assert set(runs) <= {n.removeprefix("tcab-run-") for n in ran}
         assert peak[0] <= max_inflight
+
+
+def test_the_apiserver_takes_the_job_and_secret_built_for_any_run_id_and_any_quantity_the_settings_take(
+        api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    """The apiserver is the oracle of names and quantities (a dry run: admission and validation, nothing
+    stored): every id of the unit tests, a trailing newline included, and every quantity they accept."""
+    from tests.dispatcher import test_units
+
+    batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
+    quantities = ["1", "0.5", ".5", "5.", "+1", "1e3", "1E-3", "2u", "300n", "1Ki", "4Gi", "1E"]
+    refused = []
+    for i, job_id in enumerate(test_units.JOB_IDS):
+        amount = quantities[i % len(quantities)]
+        config = settings.from_env({**test_units.REQUIRED, "TCAB_DISPATCHER_NAMESPACE": namespace,
+                                    "TCAB_DISPATCHER_DRIVER_CPU_REQUEST": amount,
+                                    "TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST": amount})
+        claim = backend_client.Claim(job_id=job_id, token="tok-123", launch_request={})
+        try:
+            batch.create_namespaced_job(namespace, jobspec.job(claim, config), dry_run="All")
+            core.create_namespaced_secret(namespace, jobspec.secret(claim, config, job_uid="u-1"), dry_run="All")
+        except kubernetes.client.ApiException as e:
+            refused.append((job_id, amount, e.status, json.loads(e.body).get("message")))
+    assert refused == []

@@ -1,11 +1,17 @@
-"""The driver Job's pod and the rendered sidecar run with least privilege (pure: the rendered dicts);
-the driver's security settings are read and refused like every other setting."""
+"""The driver Job's pod and the rendered sidecar run with least privilege; the driver's security
+settings are read and refused like every other setting.
+
+The judge of least privilege is the apiserver: the driver's pod and a pod with the rendered sidecar are
+admitted in a namespace that enforces the restricted Pod Security Standard, where the same pods loosened
+are refused (tests/podsecurity.py). The pure tests pin how each setting reaches the pod."""
 
 from __future__ import annotations
 
+import kubernetes.client
 import pytest
 
 from dispatcher import backend, jobspec, settings
+from tests import podsecurity
 from toolkit import render
 
 REQUIRED = {"TCAB_BACKEND_URL": "http://backend:8080", "TCAB_BACKEND_SERVICE_TOKEN": "svc-token-0123",
@@ -57,3 +63,31 @@ def test_the_rendered_sidecar_runs_non_root_under_the_runtime_default_seccomp() 
     assert context["runAsNonRoot"] is True
     assert context["seccompProfile"] == {"type": "RuntimeDefault"}
     assert (context["allowPrivilegeEscalation"], context["capabilities"]) == (False, {"drop": ["ALL"]})
+
+
+def test_the_driver_s_pod_is_admitted_under_the_restricted_pod_security_standard_unless_allowed_root(
+        api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    podsecurity.restricted(api_client, namespace, service_accounts=("tcab-driver",))
+    pod, _ = driver({"TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT": "tcab-driver"})
+    assert podsecurity.admit(api_client, namespace, pod) is None
+    refusal = podsecurity.admit(api_client, namespace, podsecurity.loosened(pod))
+    assert refusal is not None and "allowPrivilegeEscalation" in refusal, "the restricted level is enforced"
+    as_root, _ = driver({"TCAB_DISPATCHER_DRIVER_RUN_AS_NON_ROOT": "false"})
+    refusal = podsecurity.admit(api_client, namespace, as_root)
+    assert refusal is not None and "runAsNonRoot" in refusal, "the one setting that loosens it, and only by its name"
+
+
+def test_a_pod_with_the_rendered_sidecar_is_admitted_under_the_restricted_pod_security_standard(
+        api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    podsecurity.restricted(api_client, namespace)
+    trainer = {"name": "node", "image": "trainer:1", "securityContext": {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"}}}
+    sidecar = render.sidecar_container(image="img:1")
+    pod = {"initContainers": [sidecar], "containers": [trainer],
+           "volumes": [render.podinfo_volume(), render.sidecar_state_volume()]}
+    assert podsecurity.admit(api_client, namespace, pod) is None
+    loose = {**pod, "initContainers": [{**sidecar, "securityContext": {**sidecar["securityContext"],
+                                                                       "capabilities": {}}}]}
+    refusal = podsecurity.admit(api_client, namespace, loose)
+    assert refusal is not None and "dispatch-sidecar" in refusal, "the sidecar's own context is what admits it"
