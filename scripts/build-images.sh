@@ -46,7 +46,7 @@ ensure() {
   "$builder" "$name" "$h"
   echo "built $name in $((SECONDS - start)) s"
   # The replaced image, if nothing else uses it (never a global prune:
-  # teammates' images and builds share this storage).
+  # other images and builds on the machine may share this storage).
   [[ -z $old ]] || podman rmi "${old%% *}" >/dev/null 2>&1 || true
 }
 

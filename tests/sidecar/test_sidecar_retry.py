@@ -198,8 +198,9 @@ def test_a_transient_answer_is_logged_and_retried_after_retry_after(
     # Measured where it counts: when the retry reached the server.
     (first, _, answered, at), (second, _, _, again) = server.seen[:2]
     assert (first, second, answered) == ("GET", "GET", status)
+    # The wait has a lower bound only: the delay chosen is checked above, exactly, from the log
+    # (`retry_in_seconds`); how long after it the retry lands depends on the machine's load.
     assert again - at >= RETRY_AFTER
-    assert again - at < RETRY_AFTER * 1.5 + 2  # the jitter, plus the time to start a check on a busy machine
     verdicts = [line for line in lines if line["message"] == "verdict"]
     assert [v["verdict"] for v in verdicts] == ["ok", "ok"]
     assert (lines_after[-1]["message"], lines_after[-1]["reason"]) == ("stop", "SIGTERM")
