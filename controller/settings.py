@@ -14,8 +14,9 @@ rule books is what this module exists to prevent.
 
 Precedence: a CLI option > the environment (empty counts as unset) > the
 default. renew_deadline and retry_period, unless set, follow the lease
-duration. The kubeconfig path, unset here, falls back to $KUBECONFIG and
-then the in-cluster ServiceAccount (`kube.load`).
+duration. The kubeconfig path, unset here, falls back to $KUBECONFIG; without
+it, to the pod's ServiceAccount where KUBERNETES_SERVICE_HOST is set, else to
+~/.kube/config (`kube.load`).
 
 Pure: the standard library only, no Kubernetes I/O. The whole-number and
 boolean readings are the ones all three processes share (toolkit.envparse).
@@ -89,7 +90,8 @@ class Spec:
 
 # The table. Order is the CLI's --help order.
 TABLE: tuple[Spec, ...] = (
-    Spec("kubeconfig", "path", None, "Kubeconfig path (unset: $KUBECONFIG, then in-cluster)"),
+    Spec("kubeconfig", "path", None, "Kubeconfig path (unset: $KUBECONFIG; without it, the pod's ServiceAccount "
+         "where KUBERNETES_SERVICE_HOST is set, else ~/.kube/config)"),
     Spec("context", "name", None, "Kubeconfig context (unset: the kubeconfig's current one)"),
     Spec("namespace", "dns-label", "", "Watch only this namespace (unset: every namespace)"),
     Spec("controller_name", "name", CONTROLLER_NAME, "AdmissionCheck spec.controllerName to serve"),

@@ -56,7 +56,9 @@ VARIABLES: tuple[tuple[str, str | None, str], ...] = (
      "The driver's sandbox namespace; passed through, and reaped in as well."),
     ("TCAB_K8S_*", "", "Every such variable is passed through to the driver unchanged."),
     ("TCAB_CONTAINER_*", "", "Every such variable (the run-image selection) is passed through to the driver unchanged."),
-    ("KUBECONFIG", "in-cluster config", "Standard kubeconfig path; unset inside the cluster (outside one: ~/.kube/config)."),
+    ("KUBECONFIG", "the pod's ServiceAccount, else ~/.kube/config",
+     "Standard kubeconfig path. Unset: the pod's ServiceAccount where KUBERNETES_SERVICE_HOST is set (inside the "
+     "cluster), else ~/.kube/config."),
 )
 
 _LEVELS = ("debug", "info", "warning", "error")

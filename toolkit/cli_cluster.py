@@ -23,7 +23,9 @@ from toolkit import adapter, cli, kube
 
 def _cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option(
-        "--kubeconfig", envvar="KUBECONFIG", default=None, help="Kubeconfig path (default: $KUBECONFIG, then in-cluster)."
+        "--kubeconfig", envvar="KUBECONFIG", default=None,
+        help="Kubeconfig path (default: $KUBECONFIG; without it, the pod's ServiceAccount where "
+             "KUBERNETES_SERVICE_HOST is set, else ~/.kube/config).",
     )(fn)
     fn = click.option("--context", default=None, help="Kubeconfig context (default: the current one).")(fn)
     return fn

@@ -404,9 +404,10 @@ class Client:
 
 def load(*, kubeconfig: str | None = None, context: str | None = None, pool_size: int = 32,
          retries: int = 5) -> Client:
-    """A client from a kubeconfig path, $KUBECONFIG, or the in-cluster
-    ServiceAccount, in that order; `pool_size` connections (one per worker
-    and watch the caller runs)."""
+    """A client from the kubeconfig path given, else $KUBECONFIG, else (no
+    path at all) the pod's ServiceAccount where KUBERNETES_SERVICE_HOST is set
+    and ~/.kube/config elsewhere; `pool_size` connections (one per worker and
+    watch the caller runs)."""
     configuration = kubernetes.client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
