@@ -54,10 +54,14 @@ cluster-up: venv images
 cluster-down: venv
 	$(VENV)/bin/toolkit cluster down
 
-bench: venv images controlplane
+# Every bench under bench/, full runs (docs/benchmarks.md); `make test` runs each one's --smoke
+# (tests/bench/test_bench_smoke.py).
+bench: venv images controlplane controllers
 	$(PY) bench/prologue
 	$(PY) bench/sidecar
 	$(PY) bench/dispatcher --runs 300 --inflight 100
+	$(PY) bench/controller
+	$(PY) bench/checkpoint
 	bash bench/wrap
 
 clean:

@@ -5,48 +5,32 @@ the Workload and its status) through the real apiserver.
 
 The TrainJob is built with our own runtime-patch entry (raising.patch_entry)
 so these tests do not depend on the renderer; start's own test uses the
-renderer."""
+renderer.
+
+The TrainJob, the Workload and Kueue's status writes live in
+devcluster/objects.py, which bench/controller uses too; they are named here
+as well so that a test reads every helper from one place."""
 
 from __future__ import annotations
 
-import datetime
 import time
 import uuid
 from typing import Any
 
-from toolkit import kube, names, paths, raising
+from devcluster import objects
+from toolkit import kube, names, paths
 
-Obj = dict[str, Any]
-CHECK_CONTROLLER = "dispatch.phpboyscout.uk/admission-check"
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def trainjob_body(name: str, *, suspend: bool = True, admission: int = 0) -> Obj:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "runtimeRef": {"name": "torch-distributed"},
-            "suspend": suspend,
-            "trainer": {
-                "image": "busybox",
-                "command": ["/bin/sh", "-c", "true", "dispatch-prologue"],
-                "args": ["train"],
-                "env": [
-                    {"name": names.ENV_EPOCH_PREFIX, "value": "1000002"},
-                    {"name": names.ENV_TOKEN_PREFIX, "value": "job-1.2.0"},
-                ],
-            },
-            "runtimePatches": [raising.patch_entry(admission)],
-        },
-    }
-
-
-def create_trainjob(client: kube.Client, namespace: str, name: str | None = None, **kw: Any) -> Obj:
-    name = name or f"tj-{uuid.uuid4().hex[:6]}"
-    return client.create(paths.TRAINJOB, trainjob_body(name, **kw), namespace=namespace)
+Obj = objects.Obj
+CHECK_CONTROLLER = objects.CHECK_CONTROLLER
+now = objects.now
+trainjob_body = objects.trainjob_body
+create_trainjob = objects.create_trainjob
+owner = objects.owner
+create_admission_check = objects.create_admission_check
+create_workload = objects.create_workload
+_condition = objects.condition
+kueue_reserve = objects.kueue_reserve
+kueue_evict = objects.kueue_evict
 
 
 def set_suspend(client: kube.Client, namespace: str, name: str, suspend: bool) -> None:
@@ -55,17 +39,6 @@ def set_suspend(client: kube.Client, namespace: str, name: str, suspend: bool) -
         return tj, None
 
     client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute)
-
-
-def owner(obj: Obj) -> Obj:
-    return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def create_jobset(client: kube.Client, trainjob: Obj) -> Obj:
@@ -126,63 +99,6 @@ def create_pod(
         "spec": {"restartPolicy": "Never", "containers": [{"name": "node", "image": "busybox"}]},
     }
     return client.create(paths.POD, body, namespace=namespace)
-
-
-def create_admission_check(client: kube.Client, name: str) -> Obj:
-    return client.create(paths.ADMISSION_CHECK, {"metadata": {"name": name}, "spec": {"controllerName": CHECK_CONTROLLER}})
-
-
-def create_workload(client: kube.Client, trainjob: Obj) -> Obj:
-    meta = trainjob["metadata"]
-    body = {
-        "metadata": {"name": f"trainjob-{meta['name']}-{uuid.uuid4().hex[:5]}", "ownerReferences": [owner(trainjob)]},
-        "spec": {
-            "queueName": "lq",
-            "podSets": [
-                {"name": "node", "count": 1, "template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}
-            ],
-        },
-    }
-    return client.create(paths.WORKLOAD, body, namespace=meta["namespace"])
-
-
-def _condition(kind: str, status: bool, reason: str) -> Obj:
-    return {"type": kind, "status": "True" if status else "False", "reason": reason, "message": reason, "lastTransitionTime": now()}
-
-
-def kueue_reserve(client: kube.Client, *, namespace: str, name: str, check: str) -> Obj:
-    """As Kueue does on quota reservation: QuotaReserved true, our check Pending."""
-
-    def compute(wl: Obj) -> tuple[Obj | None, Obj]:
-        status = wl.setdefault("status", {})
-        conds = [c for c in status.get("conditions") or [] if c["type"] not in ("QuotaReserved", "Evicted", "Admitted")]
-        conds.append(_condition("QuotaReserved", True, "QuotaReserved"))
-        status["conditions"] = conds
-        status["admission"] = {"clusterQueue": "cq", "podSetAssignments": [{"name": "node", "count": 1}]}
-        status["admissionChecks"] = [{"name": check, "state": "Pending", "message": "", "lastTransitionTime": now()}]
-        return wl, wl
-
-    _, _ = client.read_modify_write(paths.WORKLOAD, name=name, namespace=namespace, compute=compute, subresource="status")
-    return client.get(paths.WORKLOAD, name=name, namespace=namespace)
-
-
-def kueue_evict(client: kube.Client, *, namespace: str, name: str, check: str, keep_quota: bool = False) -> None:
-    """As Kueue does on preemption: Evicted, quota released, checks back to
-    Pending. keep_quota: Kueue's first step, before the job is suspended,
-    when the quota is still reserved."""
-
-    def compute(wl: Obj) -> tuple[Obj | None, None]:
-        status = wl.setdefault("status", {})
-        conds = [c for c in status.get("conditions") or [] if c["type"] not in ("QuotaReserved", "Evicted", "Admitted")]
-        conds += [_condition("QuotaReserved", keep_quota, "QuotaReserved" if keep_quota else "Pending"),
-                  _condition("Evicted", True, "Preempted")]
-        status["conditions"] = conds
-        if not keep_quota:
-            status.pop("admission", None)
-        status["admissionChecks"] = [{"name": check, "state": "Pending", "message": "evicted", "lastTransitionTime": now()}]
-        return wl, None
-
-    client.read_modify_write(paths.WORKLOAD, name=name, namespace=namespace, compute=compute, subresource="status")
 
 
 def check_entry(client: kube.Client, *, namespace: str, name: str, check: str) -> Obj:

@@ -1,0 +1,115 @@
+"""The objects Trainer and Kueue would write, for a cluster whose Trainer and
+Kueue controllers do not run: a TrainJob carrying our runtime-patch entry
+(raising.patch_entry, not the renderer), a Workload owned by it, and the
+Workload status writes Kueue makes on quota reservation and on eviction. All
+go through the real apiserver. bench/controller plays Kueue with these, and
+so do the adapter's cluster tests (tests/adapter/kit.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+from toolkit import kube, names, paths, raising
+
+Obj = dict[str, Any]
+CHECK_CONTROLLER = "dispatch.phpboyscout.uk/admission-check"
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def trainjob_body(name: str, *, suspend: bool = True, admission: int = 0) -> Obj:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "suspend": suspend,
+            "trainer": {
+                "image": "busybox",
+                "command": ["/bin/sh", "-c", "true", "dispatch-prologue"],
+                "args": ["train"],
+                "env": [
+                    {"name": names.ENV_EPOCH_PREFIX, "value": "1000002"},
+                    {"name": names.ENV_TOKEN_PREFIX, "value": "job-1.2.0"},
+                ],
+            },
+            "runtimePatches": [raising.patch_entry(admission)],
+        },
+    }
+
+
+def create_trainjob(client: kube.Client, namespace: str, name: str | None = None, **kw: Any) -> Obj:
+    name = name or f"tj-{uuid.uuid4().hex[:6]}"
+    return client.create(paths.TRAINJOB, trainjob_body(name, **kw), namespace=namespace)
+
+
+def owner(obj: Obj) -> Obj:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def create_admission_check(client: kube.Client, name: str) -> Obj:
+    return client.create(paths.ADMISSION_CHECK, {"metadata": {"name": name}, "spec": {"controllerName": CHECK_CONTROLLER}})
+
+
+def create_workload(client: kube.Client, trainjob: Obj) -> Obj:
+    meta = trainjob["metadata"]
+    body = {
+        "metadata": {"name": f"trainjob-{meta['name']}-{uuid.uuid4().hex[:5]}", "ownerReferences": [owner(trainjob)]},
+        "spec": {
+            "queueName": "lq",
+            "podSets": [
+                {"name": "node", "count": 1, "template": {"spec": {"containers": [{"name": "node", "image": "busybox"}]}}}
+            ],
+        },
+    }
+    return client.create(paths.WORKLOAD, body, namespace=meta["namespace"])
+
+
+def condition(kind: str, status: bool, reason: str) -> Obj:
+    return {"type": kind, "status": "True" if status else "False", "reason": reason, "message": reason, "lastTransitionTime": now()}
+
+
+def kueue_reserve(client: kube.Client, *, namespace: str, name: str, check: str) -> Obj:
+    """As Kueue does on quota reservation: QuotaReserved true, our check Pending."""
+
+    def compute(wl: Obj) -> tuple[Obj | None, Obj]:
+        status = wl.setdefault("status", {})
+        conds = [c for c in status.get("conditions") or [] if c["type"] not in ("QuotaReserved", "Evicted", "Admitted")]
+        conds.append(condition("QuotaReserved", True, "QuotaReserved"))
+        status["conditions"] = conds
+        status["admission"] = {"clusterQueue": "cq", "podSetAssignments": [{"name": "node", "count": 1}]}
+        status["admissionChecks"] = [{"name": check, "state": "Pending", "message": "", "lastTransitionTime": now()}]
+        return wl, wl
+
+    _, _ = client.read_modify_write(paths.WORKLOAD, name=name, namespace=namespace, compute=compute, subresource="status")
+    return client.get(paths.WORKLOAD, name=name, namespace=namespace)
+
+
+def kueue_evict(client: kube.Client, *, namespace: str, name: str, check: str, keep_quota: bool = False) -> None:
+    """As Kueue does on preemption: Evicted, quota released, checks back to
+    Pending. keep_quota: Kueue's first step, before the job is suspended,
+    when the quota is still reserved."""
+
+    def compute(wl: Obj) -> tuple[Obj | None, None]:
+        status = wl.setdefault("status", {})
+        conds = [c for c in status.get("conditions") or [] if c["type"] not in ("QuotaReserved", "Evicted", "Admitted")]
+        conds += [condition("QuotaReserved", keep_quota, "QuotaReserved" if keep_quota else "Pending"),
+                  condition("Evicted", True, "Preempted")]
+        status["conditions"] = conds
+        if not keep_quota:
+            status.pop("admission", None)
+        status["admissionChecks"] = [{"name": check, "state": "Pending", "message": "evicted", "lastTransitionTime": now()}]
+        return wl, None
+
+    client.read_modify_write(paths.WORKLOAD, name=name, namespace=namespace, compute=compute, subresource="status")
