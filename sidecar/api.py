@@ -1,9 +1,10 @@
-"""The sidecar's only contact with the apiserver: REST over http.client.
+"""The sidecar's only contact with the apiserver: REST over sidecar.wire.
 
 Why not the kubernetes client: importing it costs about 44 MB and 0.34 s per
-process here, and the sidecar runs in every training pod; the standard
-library's http.client + ssl + json do the three calls it needs (GET TrainJob,
-GET JobSet, POST Event) for under 20 MB. Why no kubeconfig: see settings.
+process here, and the sidecar runs in every training pod; sidecar.wire (HTTP/1.1
+on the C modules under ssl and socket) and json do the three calls it needs
+(GET TrainJob, GET JobSet, POST Event). Why not http.client and ssl: see
+wire. Why no kubeconfig: see settings.
 
 One `Session` is one check: one TLS connection (keep-alive across the check's
 requests), the bearer token read from its file when the session opens (a
@@ -24,14 +25,12 @@ or an HTTP date, is read by toolkit.backoff.
 
 from __future__ import annotations
 
-import http.client
 import json
 import signal
-import ssl
 import time
 from collections.abc import Callable
 
-from sidecar import settings
+from sidecar import settings, wire
 from toolkit import backoff
 
 USER_AGENT = "dispatch-sidecar/0.1"
@@ -58,9 +57,9 @@ class Stopping(Exception):
     """SIGTERM or SIGINT is pending: stop before the next request."""
 
 
-def _retry_after(response: http.client.HTTPResponse) -> float | None:
+def _retry_after(response: wire.Response) -> float | None:
     # The wait is capped by the loop's backoff ceiling; this limit only keeps the number sane.
-    return backoff.retry_after(response.getheader("Retry-After"), limit=RETRY_AFTER_LIMIT)
+    return backoff.retry_after(response.headers.get("retry-after"), limit=RETRY_AFTER_LIMIT)
 
 
 def _status_message(body: bytes) -> str:
@@ -78,7 +77,7 @@ class Session:
         self._endpoint = endpoint
         self._timeout = timeout
         self._on_request = on_request
-        self._conn: http.client.HTTPSConnection | None = None
+        self._conn: wire.Connection | None = None
         self._token = ""
         self.requests = 0
         self.api_seconds = 0.0
@@ -87,16 +86,16 @@ class Session:
         try:
             with open(self._endpoint.token_file, encoding="utf-8") as f:
                 self._token = f.read().strip()
-            context = ssl.create_default_context(cafile=self._endpoint.ca_file)
+            context = wire.tls_context(self._endpoint.ca_file)
+        except wire.TLSError as e:
+            raise Unavailable(None, f"credentials: {self._endpoint.ca_file}: not a CA bundle ({e.reason})") from None
         except OSError as e:
             # Files a kubelet may still be writing, or a mount that comes late.
             raise Unavailable(None, f"credentials: {e.filename or self._endpoint.ca_file}: {e.strerror}") from None
-        except ssl.SSLError as e:
-            raise Unavailable(None, f"credentials: {self._endpoint.ca_file}: not a CA bundle ({e.reason})") from None
         if not self._token:
             raise Unavailable(None, f"credentials: {self._endpoint.token_file} is empty")
-        self._conn = http.client.HTTPSConnection(self._endpoint.host, self._endpoint.port,
-                                                 timeout=self._timeout, context=context)
+        self._conn = wire.Connection(self._endpoint.host, self._endpoint.port, context=context,
+                                     timeout=self._timeout)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -132,13 +131,11 @@ class Session:
                   headers: dict[str, str]) -> tuple[int, dict[str, object]]:
         assert self._conn is not None
         try:
-            self._conn.request(method, path, body=body, headers=headers)
-            response = self._conn.getresponse()
-            data = response.read()
-        except (OSError, http.client.HTTPException) as e:
-            # OSError covers refused, reset, timeout and ssl.SSLError.
-            self._conn.close()
+            response = self._conn.request(method, path, headers=headers, body=body)
+        except (OSError, wire.ProtocolError) as e:
+            # OSError covers refused, reset, timeout and TLS errors.
             raise Unavailable(None, f"{method} {path}: {type(e).__name__}: {e}") from None
+        data = response.body
         status = response.status
         if status == 429 or status >= 500:
             raise Unavailable(status, f"{method} {path}: {_status_message(data)}",
