@@ -225,20 +225,21 @@ for base in busybox:1.35-static alpine:busybox-1.35-ash-musl-static debian:bookw
 done
 
 # --- the sidecar verifier, as the rendered runtime names it (names.SIDECAR_IMAGE)
-# build_sidecar NAME HASH: images/sidecar.Containerfile on the Python base, in a
+# build_sidecar NAME HASH: images/sidecar.Containerfile, whose build stage runs
+# on the Python base and makes a minimal root (images/sidecar/mkroot.py), in a
 # context holding only what it copies. `make demo` runs it beside the trainer.
 build_sidecar() {
   local ctx
   ctx=$(mktemp -d)
-  mkdir "$ctx/toolkit"
-  cp toolkit/__init__.py toolkit/names.py toolkit/detect.py toolkit/paths.py toolkit/backoff.py \
-    toolkit/jsonlog.py toolkit/envparse.py "$ctx/toolkit/"
-  cp -r sidecar "$ctx/sidecar"
-  rm -rf "$ctx/sidecar/__pycache__"
+  cp -r sidecar toolkit "$ctx/"
+  cp images/sidecar/mkroot.py "$ctx/"
+  find "$ctx" -name __pycache__ -prune -exec rm -rf {} +
   podman build -q --isolation chroot --build-arg BASE=localhost/dispatch-base/python:3.11-bookworm \
     --label "dispatch.inputs=$2" -f images/sidecar.Containerfile -t "$1" "$ctx" >/dev/null
   rm -rf "$ctx"
+  # The build stage's images (the Python base plus the root, ~180 MB each), labelled in the Containerfile.
+  # shellcheck disable=SC2046 # one image ID per line
+  podman rmi $(podman images -q --filter label=dispatch.stage=sidecar-build) >/dev/null 2>&1 || true
 }
-ensure localhost/dispatch/sidecar:dev build_sidecar images/sidecar.Containerfile sidecar/*.py \
-  toolkit/__init__.py toolkit/names.py toolkit/detect.py toolkit/paths.py toolkit/backoff.py toolkit/jsonlog.py \
-  toolkit/envparse.py <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/python:3.11-bookworm)
+ensure localhost/dispatch/sidecar:dev build_sidecar images/sidecar.Containerfile images/sidecar/mkroot.py \
+  sidecar/*.py toolkit/*.py <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/python:3.11-bookworm)

@@ -1,17 +1,19 @@
-"""The sidecar image, built and run as a container: non-root, read-only root
-filesystem, against the real apiserver (host network), and stopped with
-SIGTERM (exit 0).
+"""The sidecar image, built and run as a container: a minimal root (the
+interpreter, its libraries, the modules the sidecar imports; no shell) of at
+most 30 MB, non-root, read-only root filesystem, against the real apiserver
+(host network), and stopped with SIGTERM (exit 0).
 
 Built and run through the Docker Engine API (the docker SDK against podman's
 Docker-compatible service, DESIGN.md §10; scripts/run-tests.sh sources
-scripts/podman-service.sh, which sets DOCKER_HOST). The base is the local
-Python base, localhost/dispatch-base/python (Debian's python3.11 packages on
-the debootstrap minbase), made by scripts/build-images.sh: no registry is
+scripts/podman-service.sh, which sets DOCKER_HOST). The build stage runs on the
+local Python base, localhost/dispatch-base/python (Debian's python3.11 packages
+on the debootstrap minbase), made by scripts/build-images.sh: no registry is
 reachable. The build context holds only what the Containerfile copies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import shutil
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import docker
+import docker.errors
 import pytest
 
 from tests import containers
@@ -45,12 +48,16 @@ def client() -> Iterator[docker.DockerClient]:
 @pytest.fixture(scope="module")
 def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
     context = tmp_path_factory.mktemp("sidecar-context")
-    (context / "toolkit").mkdir()
-    for name in ("__init__.py", "names.py", "detect.py", "paths.py", "backoff.py", "jsonlog.py", "envparse.py"):
-        shutil.copy(REPO / "toolkit" / name, context / "toolkit" / name)
-    shutil.copytree(REPO / "sidecar", context / "sidecar", ignore=shutil.ignore_patterns("__pycache__"))
-    return containers.build_on_python_base(client, context=context, tag=IMAGE,
-                                           containerfile=REPO / "images" / "sidecar.Containerfile")
+    for package in ("sidecar", "toolkit"):
+        shutil.copytree(REPO / package, context / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "images" / "sidecar" / "mkroot.py", context / "mkroot.py")
+    try:
+        return containers.build_on_python_base(client, context=context, tag=IMAGE,
+                                               containerfile=REPO / "images" / "sidecar.Containerfile")
+    finally:  # the build stage's images (labelled in the Containerfile) are not kept
+        for stage in client.images.list(filters={"label": "dispatch.stage=sidecar-build"}):
+            with contextlib.suppress(docker.errors.APIError):
+                client.images.remove(stage.id)
 
 
 class Lines:
@@ -84,12 +91,26 @@ class Lines:
             pass
 
 
-def test_image_is_non_root_and_small(client: docker.DockerClient, image: str) -> None:
+def test_image_is_non_root_small_and_has_no_shell(client: docker.DockerClient, image: str) -> None:
     attrs = client.images.get(image).attrs
     assert attrs["Config"]["User"] == "65532:65532"
     size_mb = attrs["Size"] / 1e6
     print(f"sidecar image: {size_mb:.1f} MB")
-    assert size_mb < 200
+    assert size_mb <= 30
+    # No shell: the runtime cannot start one (the container is created, never runs).
+    shell = client.containers.create(image, ["-c", "true"], entrypoint=["/bin/sh"], network_mode="none")
+    try:
+        with pytest.raises(docker.errors.APIError, match="/bin/sh"):
+            shell.start()
+    finally:
+        shell.remove(force=True)
+    # Bad settings: the interpreter starts, the sidecar refuses them in one line and exits 2.
+    refused = containers.run_to_end(client, image, network_mode="none", read_only=True,
+                                    environment={"KUBERNETES_SERVICE_HOST": "10.0.0.1",
+                                                 "DISPATCH_SIDECAR_INTERVAL_SECONDS": "soon"})
+    assert (refused.exit_code, refused.stdout) == (2, b""), refused.stderr
+    assert refused.stderr.decode().splitlines() == [
+        "dispatch-sidecar: DISPATCH_SIDECAR_INTERVAL_SECONDS='soon': must be a number of seconds in [0.01, 86400]"]
 
 
 def test_runs_read_only_against_the_apiserver_and_stops_on_sigterm(
