@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import importlib.util
 import json
 import pathlib
 import signal
@@ -129,7 +130,8 @@ def serve(pki: tuple[str, ssl.SSLContext], **kwargs: Any) -> Iterator[Server]:
         server.server_close()
 
 
-def sidecar(tmp_path: pathlib.Path, ca_file: str, port: int, *, admission: str) -> subprocess.Popen[str]:
+def sidecar(tmp_path: pathlib.Path, ca_file: str, port: int, *, admission: str, flags: tuple[str, ...] = (),
+            **extra_env: str) -> subprocess.Popen[str]:
     podinfo = tmp_path / "podinfo"
     podinfo.mkdir()
     (podinfo / "name").write_text("tj-node-0-0-abcde")
@@ -143,9 +145,9 @@ def sidecar(tmp_path: pathlib.Path, ca_file: str, port: int, *, admission: str) 
            "DISPATCH_SIDECAR_TOKEN_FILE": str(tmp_path / "token"), "DISPATCH_SIDECAR_CA_FILE": ca_file,
            # A backoff far below Retry-After, so only Retry-After can explain the wait.
            "DISPATCH_SIDECAR_BACKOFF_BASE_SECONDS": "0.05", "DISPATCH_SIDECAR_BACKOFF_MAX_SECONDS": "10",
-           "DISPATCH_SIDECAR_INTERVAL_SECONDS": "0.2"}
-    return subprocess.Popen([sys.executable, "-S", "-m", "sidecar"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+           "DISPATCH_SIDECAR_INTERVAL_SECONDS": "0.2", **extra_env}
+    return subprocess.Popen([sys.executable, "-S", *flags, "-m", "sidecar"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def read_until(proc: subprocess.Popen[str], msg: str, *, count: int, timeout: float = 30) -> list[dict[str, Any]]:
@@ -227,3 +229,38 @@ def test_a_failed_event_post_is_retried_and_the_event_sent_once(
     verdicts = [line for line in lines if line["message"] == "verdict"]
     assert [(v["verdict"], v["events"]) for v in verdicts] == [("violation", 1), ("violation", 0)]
     assert [line["message"] for line in lines].count("check failed") == 1
+
+
+def test_every_module_a_check_imports_is_in_the_image(tmp_path: pathlib.Path, pki: tuple[str, ssl.SSLContext]) -> None:
+    # The image carries only the import closure of mkroot.ROOTS (images/sidecar/mkroot.py). A whole
+    # check, through a 503 with Retry-After, a connection, a violation and its Event POST, run with
+    # -X importtime, lists every module the sidecar loads, a lazy import included: each must be in it.
+    spec = importlib.util.spec_from_file_location("mkroot", REPO / "images" / "sidecar" / "mkroot.py")
+    assert spec is not None and spec.loader is not None
+    mkroot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mkroot)
+    with serve(pki, floor="3", failures={"GET": 1}, status=503) as server:
+        proc = sidecar(tmp_path, pki[0], server.server_address[1], admission="2", flags=("-X", "importtime"),
+                       DISPATCH_SIDECAR_MAX_CHECKS="1")
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            cleanup(proc)
+    assert proc.returncode == 0, err
+    timed = [line for line in err.splitlines() if line.startswith("import time:")]
+    logged = [json.loads(line) for line in err.splitlines() if not line.startswith("import time:")]
+    assert [(v["verdict"], v["events"]) for v in logged if v["message"] == "verdict"] == [("violation", 1)]
+    assert [line["message"] for line in logged].count("check failed") == 1
+    imported = {line.rsplit("|", 1)[1].strip() for line in timed[1:]}  # the first line is the header
+    assert {"sidecar.wire", "json", "encodings.idna"} <= imported
+    missing = imported - set(mkroot.closure(REPO)) - {"sidecar.__main__"}
+    # An import that fails by design is listed too (copy.py tries org.python.core, Jython's): only a
+    # module that exists can be missing from the image.
+    assert {name for name in missing if exists(name)} == set()
+
+
+def exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
