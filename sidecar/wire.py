@@ -73,7 +73,14 @@ class Connection:
         self._buffer = b""
 
     def _open(self) -> _ssl._SSLSocket:
-        family, kind, proto, _, address = _socket.getaddrinfo(self._host, self._port, 0, _socket.SOCK_STREAM)[0]
+        # The host as ASCII bytes: a str would be encoded with the idna codec (encodings.idna,
+        # stringprep and the Unicode database: ~0.5 MB), and the apiserver's address is an IP
+        # address or an ASCII DNS name. A name that is not ASCII fails here, as an OSError.
+        try:
+            host = self._host.encode("ascii")
+        except UnicodeEncodeError:
+            raise OSError(f"{self._host!r}: the API server's host name must be ASCII") from None
+        family, kind, proto, _, address = _socket.getaddrinfo(host, self._port, 0, _socket.SOCK_STREAM)[0]
         sock = _Socket(family, kind, proto)
         try:
             sock.settimeout(self._timeout)

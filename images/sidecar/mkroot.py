@@ -31,10 +31,9 @@ import subprocess
 import sys
 
 # What the sidecar imports, at start and later: runpy runs `-m sidecar`;
-# encodings.idna is imported by getaddrinfo and by TLS for the host name at the
-# first connection; email.utils by toolkit.backoff for a Retry-After that is an
-# HTTP date (rare: the apiserver sends seconds).
-ROOTS = ("runpy", "sidecar.__init__", "sidecar.main", "encodings.idna", "email.utils")
+# email.utils is imported by toolkit.backoff for a Retry-After that is an HTTP
+# date (rare: the apiserver sends seconds).
+ROOTS = ("runpy", "sidecar.__init__", "sidecar.main", "email.utils")
 STDLIB = pathlib.Path(os.__file__).parent
 APP = pathlib.Path("/opt/dispatch")
 
