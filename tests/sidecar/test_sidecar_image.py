@@ -27,7 +27,7 @@ import docker.errors
 import pytest
 
 from tests import containers
-from devcluster import harness
+from devcluster import harness, images
 from tests.sidecar import test_sidecar_cluster as cluster
 from toolkit import names
 
@@ -48,14 +48,11 @@ def client() -> Iterator[docker.DockerClient]:
 @pytest.fixture(scope="module")
 def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
     context = tmp_path_factory.mktemp("sidecar-context")
-    for package in ("sidecar", "toolkit"):
-        shutil.copytree(REPO / package, context / package, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "images" / "sidecar" / "mkroot.py", context / "mkroot.py")
+    containerfile = images.sidecar_context(context)
     try:
-        return containers.build_on_python_base(client, context=context, tag=IMAGE,
-                                               containerfile=REPO / "images" / "sidecar.Containerfile")
+        return containers.build_on_python_base(client, context=context, tag=IMAGE, containerfile=containerfile)
     finally:  # the build stage's images (labelled in the Containerfile) are not kept
-        for stage in client.images.list(filters={"label": "dispatch.stage=sidecar-build"}):
+        for stage in client.images.list(filters={"label": images.SIDECAR_BUILD_STAGE_LABEL}):
             with contextlib.suppress(docker.errors.APIError):
                 client.images.remove(stage.id)
 
