@@ -36,6 +36,8 @@ NODE_IMAGES = (
     "localhost/dispatch/sample-trainer:busybox",
     "localhost/dispatch/sample-trainer:python",
 )
+# How long a test's cluster waits for the host's one node slot (another suite's node) before it fails.
+NODE_WAIT_SECONDS = 900.0
 KUBECTL = "kubectl"  # built by build-controlplane.sh beside the control plane, from the same release
 
 
@@ -91,7 +93,7 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     plane_bin = plane_bin or harness.build_binaries()
     controllers = controllers or stack_mod.build_binaries()
     node_mod.preflight(bin_dirs=(plane_bin, controllers))
-    lock = node_mod.host_lock(wait=wait_for_node)
+    lock = node_mod.host_lock(wait=NODE_WAIT_SECONDS if wait_for_node else 0)
     plane = harness.ControlPlane(bin_dir=plane_bin, workdir=workdir, detach=detach, node_ip=node_mod.NODE_IP)
     running: stack_mod.Stack | None = None
     node: node_mod.Node | None = None
@@ -167,7 +169,7 @@ def down() -> bool:
         for pgid in reversed(list(json.loads(pids_file.read_text()).values())):
             harness._kill_group(pgid)
     if os.geteuid() == 0:
-        lock = node_mod.host_lock(wait=True)
+        lock = node_mod.host_lock(wait=30)
         try:
             node_mod.sweep()
         finally:

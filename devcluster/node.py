@@ -130,20 +130,24 @@ def preflight(*, bin_dirs: tuple[pathlib.Path, pathlib.Path]) -> None:
                                 "running?") from None
 
 
-def host_lock(*, wait: bool) -> int:
-    """Take the host's one node slot: WAIT for it (tests) or refuse at once (a person); returns the
-    locked descriptor. The node's processes inherit it, so the slot stays taken while any of them
-    lives, also after the process that started them has gone (`toolkit cluster up`), and is free
-    again once all of them are dead, however they died."""
+def host_lock(*, wait: float) -> int:
+    """Take the host's one node slot, waiting at most WAIT seconds (0: refuse at once); returns
+    the locked descriptor. The kubelet and kube-proxy inherit it (not containerd, whose shims
+    outlive it), so the slot stays taken while they live, also after the process that started
+    them has gone (`toolkit cluster up`), and is free again once both are dead, however they died."""
     LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        os.close(fd)
-        raise NodeError(f"a node of the local cluster is already running on this host ({LOCK_FILE} is held): "
-                        "run `toolkit cluster down` first") from None
-    return fd
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise NodeError(f"a node of the local cluster is already running on this host ({LOCK_FILE} is "
+                                "held): run `toolkit cluster down` first") from None
+            time.sleep(0.5)
 
 
 # -- the host record and the sweep ------------------------------------------------------
@@ -168,6 +172,23 @@ def _run(*argv: str, check: bool = True, timeout: float = 60.0) -> subprocess.Co
     if check and proc.returncode != 0:
         raise NodeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()[-300:]}")
     return proc
+
+
+def _shim_pids() -> list[int]:
+    """The node's containerd shims: each runs in a session of its own (it outlives containerd),
+    and names the node's containerd socket on its command line."""
+    socket_path = str(RUN_DIR / "containerd.sock").encode()
+    pids = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and socket_path in argv:
+            pids.append(int(entry.name))
+    return pids
 
 
 def _cgroup_dirs() -> list[pathlib.Path]:
@@ -278,6 +299,12 @@ def sweep() -> list[str]:
             found.append(f"process group {pgid} ({name})")
         except ProcessLookupError:
             pass
+    shims = _shim_pids()
+    if shims:
+        found.append(f"{len(shims)} containerd shims")
+        for pid in shims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     if _cgroup_pids():
         found.append("processes in the node's cgroups")
         _kill_cgroup_tree()
@@ -391,7 +418,9 @@ class Node:
         _write_record(record)
 
     def _run_process(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> harness._Process:
-        proc = _NodeProcess(name, argv, pathlib.Path(self.plane.log_dir), env=env, lock_fd=self.lock_fd)
+        holds_lock = name in ("kubelet", "kube-proxy")
+        proc = _NodeProcess(name, argv, pathlib.Path(self.plane.log_dir), env=env,
+                            lock_fd=self.lock_fd if holds_lock else -1)
         self._procs[name] = proc
         proc.start()
         self._record_group(name, proc)
@@ -628,7 +657,8 @@ class _NodeProcess(harness._Process):
             log.write(f"==== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
             log.flush()
             self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True, env=self.env, pass_fds=(self.lock_fd,))
+                                          start_new_session=True, env=self.env,
+                                          pass_fds=(self.lock_fd,) if self.lock_fd >= 0 else ())
 
 
 def delete_pods(kubeconfig: str, *, timeout: float) -> None:
@@ -658,6 +688,7 @@ def host_snapshot() -> dict[str, Any]:
         "mounts": _node_mounts(),
         "cgroups": sorted(str(d) for d in _cgroup_dirs() if d.is_dir()),
         "cgroup_pids": sorted(_cgroup_pids()),
+        "shims": _shim_pids(),
         "bridge": _link_exists(BRIDGE),
         "node_address": NODE_IP in _run("ip", "-4", "addr", "show", "dev", "lo").stdout,
         "iptables_chains": sorted(f"{t}/{c}" for t, c in _iptables_chains()),

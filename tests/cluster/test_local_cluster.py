@@ -1,6 +1,7 @@
 """`toolkit cluster up|down|status` (devcluster/local.py) as a person runs it:
-up starts the control plane and the real controllers in the background and
-prints the kubeconfig, which reaches a cluster with kwok nodes; a second up is
+up starts the control plane, the real controllers and the real node (kubelet,
+kube-proxy, containerd) in the background and prints the kubeconfig, which
+reaches a cluster whose one node runs a person's pod for real; a second up is
 refused; status names every live component; down leaves nothing running. A
 missing podman or an unwritable cache dir is one line naming the cause.
 """
@@ -17,7 +18,7 @@ import kubernetes.client
 import kubernetes.config
 import pytest
 
-from devcluster import stack as stack_mod
+from devcluster import node, stack as stack_mod
 
 pytestmark = pytest.mark.cluster
 
@@ -48,12 +49,13 @@ def test_up_status_down_a_whole_local_cluster(tmp_path: pathlib.Path) -> None:
         version, _, nodes = shell.stdout.partition("\n")
         release = json.loads(version)
         assert release["clientVersion"]["gitVersion"] == release["serverVersion"]["gitVersion"] == K8S_RELEASE
-        assert sorted(nodes.split()) == ["node/kwok-node-0", "node/kwok-node-1"]
+        assert nodes.split() == [f"node/{node.NODE_NAME}"]
         kubeconfig = started.stdout.splitlines()[0].removeprefix("export KUBECONFIG=")
         with kubernetes.config.new_client_from_config(config_file=kubeconfig) as api:
             ready = {n.metadata.name for n in kubernetes.client.CoreV1Api(api).list_node().items}
-            assert ready == {"kwok-node-0", "kwok-node-1"}
-            # A person's pod runs for real: its command in its image, in podman, ending with its exit code.
+            assert ready == {node.NODE_NAME}
+            # A person's pod runs for real: the kubelet runs its command in its image, and it ends with its
+            # exit code.
             core = kubernetes.client.CoreV1Api(api)
             core.create_namespaced_pod("default", {
                 "metadata": {"name": "hello"},
@@ -64,17 +66,16 @@ def test_up_status_down_a_whole_local_cluster(tmp_path: pathlib.Path) -> None:
             while (pod := core.read_namespaced_pod("hello", "default")).status.phase not in ("Succeeded", "Failed"):
                 assert time.monotonic() < deadline, pod.status
                 time.sleep(0.3)
-        assert pod.status.phase == "Failed"
-        assert pod.status.container_statuses[0].state.terminated.exit_code == 7
-        log = tmp_path / "state" / "logs" / "pods" / "default_hello_main.log"
-        assert log.read_text() == "hi from hello\n"
+            assert pod.status.phase == "Failed"
+            assert pod.status.container_statuses[0].state.terminated.exit_code == 7
+            assert core.read_namespaced_pod_log("hello", "default", container="main") == "hi from hello\n"
         again = cluster("up", env=env)
         assert again.returncode == 1 and again.stderr.count("\n") == 1, again.stderr
         assert "a cluster is already up" in again.stderr
         status = cluster("status", env=env)
         assert status.returncode == 0, status.stderr
-        for name in ("kube-apiserver", "trainer-controller-manager", "jobset-controller", "kueue", "kwok",
-                     "podrunner"):
+        for name in ("kube-apiserver", "trainer-controller-manager", "jobset-controller", "kueue", "containerd",
+                     "kubelet", "kube-proxy"):
             assert name in status.stdout
     finally:
         stopped = cluster("down", env=env)

@@ -20,6 +20,7 @@ teardown) and is then cleaned up.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -35,12 +36,22 @@ _live: list[stack_mod.Stack] = []
 _started: list[tuple[str, int]] = []
 
 
+def _quiet_host() -> dict[str, object]:
+    """The host as no node leaves it: read while holding the host's node slot, so another suite's
+    node (a parallel run on the same host) is not mistaken for ours."""
+    lock = node_mod.host_lock(wait=local.NODE_WAIT_SECONDS)
+    try:
+        return node_mod.host_snapshot()
+    finally:
+        os.close(lock)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def leaves_nothing_running() -> Iterator[None]:
-    before = node_mod.host_snapshot()
+    before = _quiet_host()
     yield
     left = stack_mod.still_running(_started)
-    after = node_mod.host_snapshot()
+    after = _quiet_host()
     changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
     if left or changed:
         stack_mod.clean_up(_started)
