@@ -9,7 +9,7 @@ module only gathers the inputs and words the Event message around them.
 
 from __future__ import annotations
 
-import dataclasses
+import collections
 
 from toolkit import detect, names
 
@@ -19,8 +19,10 @@ MESSAGE_LIMIT = 1024
 _VALUE_LIMIT = 80  # a seen value quoted in the message; a malformed one may be long
 
 
-@dataclasses.dataclass(frozen=True)
-class Seen:
+# Named tuples, not dataclasses: dataclasses imports inspect (ast, dis, tokenize...), ~1.7 MB of
+# RSS in every pod (bench/sidecar).
+class Seen(collections.namedtuple("Seen", "pod admission restart floor recorded_uid jobset_uid")):
+    __slots__ = ()
     pod: str
     admission: str | None  # pod annotation; None when absent
     restart: str | None  # pod label jobset.sigs.k8s.io/restart-attempt

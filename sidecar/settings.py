@@ -18,7 +18,7 @@ the error texts are the sidecar's own.
 
 from __future__ import annotations
 
-import dataclasses
+import collections
 import os
 from collections.abc import Mapping
 
@@ -39,11 +39,13 @@ class SettingsError(ValueError):
     """One line naming the variable and what it must be."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Endpoint:
+# Named tuples, not dataclasses: dataclasses imports inspect (ast, dis, tokenize...), ~1.7 MB of
+# RSS in every pod (bench/sidecar).
+class Endpoint(collections.namedtuple("Endpoint", "host port token_file ca_file source")):
     """Where the apiserver is and how to authenticate: a bearer token file
     (re-read before every check, since projected tokens rotate) and a CA file."""
 
+    __slots__ = ()
     host: str
     port: int
     token_file: str
@@ -51,19 +53,23 @@ class Endpoint:
     source: str  # "env" or "in-cluster", for the start log line
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
+class Settings(collections.namedtuple(
+        "Settings", "endpoint podinfo_dir interval_seconds timeout_seconds backoff_base_seconds backoff_max_seconds"
+                    " max_checks started_file",
+        defaults=(DEFAULT_PODINFO_DIR, DEFAULT_INTERVAL_SECONDS, DEFAULT_TIMEOUT_SECONDS, DEFAULT_BACKOFF_BASE_SECONDS,
+                  DEFAULT_BACKOFF_MAX_SECONDS, DEFAULT_MAX_CHECKS, ""))):
+    __slots__ = ()
     endpoint: Endpoint
-    podinfo_dir: str = DEFAULT_PODINFO_DIR
-    interval_seconds: float = DEFAULT_INTERVAL_SECONDS
-    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
-    backoff_base_seconds: float = DEFAULT_BACKOFF_BASE_SECONDS
-    backoff_max_seconds: float = DEFAULT_BACKOFF_MAX_SECONDS
+    podinfo_dir: str
+    interval_seconds: float
+    timeout_seconds: float
+    backoff_base_seconds: float
+    backoff_max_seconds: float
     # Test and bench only: stop after this many verdicts (0: never).
-    max_checks: int = DEFAULT_MAX_CHECKS
+    max_checks: int
     # Written once the first check has run, whatever its outcome ("" for none): the pod's
     # startupProbe waits for it (toolkit/render.py), so the trainer starts after that check.
-    started_file: str = ""
+    started_file: str
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float, *, low: float, high: float) -> float:

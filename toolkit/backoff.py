@@ -17,7 +17,6 @@ Standard library only, and no I/O: the sidecar imports this.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 import time
@@ -34,15 +33,14 @@ def delay(attempt: int, *, base: float, cap: float, fraction: float, retry_after
     return wait
 
 
-@dataclasses.dataclass
 class Backoff:
-    """The retries in a row so far; `next_delay` counts one more, `reset` after a success."""
+    """The retries in a row so far; `next_delay` counts one more, `reset` after a success.
+    (A plain class, not a dataclass: see paths.Resource.)"""
 
-    base: float = 0.2
-    cap: float = 30.0
-    attempt: int = 0
-    rng: random.Random = dataclasses.field(default_factory=random.Random)
-    retry_cap: float | None = None
+    def __init__(self, base: float = 0.2, cap: float = 30.0, attempt: int = 0, rng: random.Random | None = None,
+                 retry_cap: float | None = None) -> None:
+        self.base, self.cap, self.attempt, self.retry_cap = base, cap, attempt, retry_cap
+        self.rng = random.Random() if rng is None else rng
 
     def next_delay(self, *, retry_after: float | None = None) -> float:
         """The delay before the next retry; grows with each call up to `cap`."""

@@ -3,7 +3,6 @@ the Event message and the Event body (the backoff schedule: tests/toolkit/test_c
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
@@ -35,11 +34,11 @@ OK = check.Seen(pod="tj-node-0-0-abc", admission="3", restart="1", floor="3", re
     ({"admission": "1", "jobset_uid": "uid-2"}, ["below-floor", "jobset-uid"]),
 ])
 def test_rules(change: dict[str, str | None], rules: list[str]) -> None:
-    assert [v.rule for v in check.violations(dataclasses.replace(OK, **change))] == rules
+    assert [v.rule for v in check.violations(OK._replace(**change))] == rules
 
 
 def test_the_message_names_rule_pod_values_and_cause() -> None:
-    seen = dataclasses.replace(OK, admission="2")
+    seen = OK._replace(admission="2")
     (violation,) = check.violations(seen)
     text = check.message(violation, seen)
     assert text.startswith("below-floor: pod tj-node-0-0-abc has admission 2, below the floor 3")
@@ -49,13 +48,13 @@ def test_the_message_names_rule_pod_values_and_cause() -> None:
 
 
 def test_the_uid_message_is_the_designed_sentence() -> None:
-    seen = dataclasses.replace(OK, jobset_uid="uid-2")
+    seen = OK._replace(jobset_uid="uid-2")
     (violation,) = check.violations(seen)
     assert "JobSet UID uid-2 is not the recorded uid-1: J may have been reset" in check.message(violation, seen)
 
 
 def test_a_huge_malformed_value_keeps_the_message_bounded() -> None:
-    seen = dataclasses.replace(OK, admission="9" * 5000)
+    seen = OK._replace(admission="9" * 5000)
     (violation,) = check.violations(seen)
     text = check.message(violation, seen)
     assert text.startswith("invalid-admission: ")
@@ -67,7 +66,7 @@ def test_seen_from_the_objects() -> None:
         names.FLOOR_ANNOTATION: "3", names.JOBSET_UID_ANNOTATION: "uid-1"}}}
     seen = check.seen_from(pod_name="p", labels={names.RESTART_LABEL: "1"},
                            annotations={names.ADMISSION_ANNOTATION: "3"}, trainjob=trainjob, jobset_uid="uid-1")
-    assert seen == dataclasses.replace(OK, pod="p")
+    assert seen == OK._replace(pod="p")
     bare = check.seen_from(pod_name="p", labels={}, annotations={}, trainjob={"metadata": {}}, jobset_uid=None)
     assert (bare.admission, bare.restart, bare.floor, bare.recorded_uid) == (None, None, None, None)
 
