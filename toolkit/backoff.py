@@ -18,8 +18,11 @@ Standard library only, and no I/O: the sidecar imports this.
 from __future__ import annotations
 
 import math
-import random
 import time
+
+MYPY = False
+if MYPY:  # for type checkers only: the sidecar never loads random (~0.5 MB), only Backoff needs it
+    import random
 
 
 def delay(attempt: int, *, base: float, cap: float, fraction: float, retry_after: float | None = None,
@@ -40,7 +43,11 @@ class Backoff:
     def __init__(self, base: float = 0.2, cap: float = 30.0, attempt: int = 0, rng: random.Random | None = None,
                  retry_cap: float | None = None) -> None:
         self.base, self.cap, self.attempt, self.retry_cap = base, cap, attempt, retry_cap
-        self.rng = random.Random() if rng is None else rng
+        if rng is None:
+            import random  # here, deliberately: see the import block
+
+            rng = random.Random()
+        self.rng = rng
 
     def next_delay(self, *, retry_after: float | None = None) -> float:
         """The delay before the next retry; grows with each call up to `cap`."""

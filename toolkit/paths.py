@@ -15,7 +15,6 @@ holds its import graph to that).
 from __future__ import annotations
 
 import collections
-import urllib.parse
 
 from toolkit import names
 
@@ -47,7 +46,14 @@ class Resource(collections.namedtuple("Resource", "group version plural kind nam
 
 
 def _segment(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
+    # urllib.parse.quote(value, safe=""), written out: urllib.parse costs the sidecar ~0.5 MB of RSS in
+    # every pod. Every byte but RFC 3986's unreserved characters is percent-encoded (UTF-8), so a name
+    # can never add a path segment. tests/toolkit/test_paths.py holds it to quote's answers.
+    return "".join(c if c in _UNRESERVED else "".join(f"%{b:02X}" for b in c.encode("utf-8"))
+                   for c in value)
+
+
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
 
 
 TRAINJOB = Resource(names.TRAINER_GROUP, names.TRAINER_VERSION, "trainjobs", "TrainJob")
