@@ -5,9 +5,10 @@ chunked, or to the end of a closed connection).
 Why not http.client and ssl: they cost memory in every training pod.
 http.client imports the email package (its header parser); ssl.py builds a
 dozen enum classes over _ssl's constants and wraps socket.py, which builds
-its own. Measured with `python -S` (3.11, /usr/bin/time -v peak RSS): the
-interpreter 8.3 MB, `import _ssl, _socket` 11.1 MB, `import ssl` 14.8 MB,
-`import http.client` 16.9 MB (docs/sidecar.md, "Memory").
+its own. Peak RSS by `/usr/bin/time -f %M python -S -c 'import X'` (3.11.7):
+the interpreter 8.3 MB, `import _ssl, _socket` 11.1 MB, `import ssl` 14.8 MB,
+`import http.client` 16.9 MB. What the sidecar's memory is made of, step by
+step: bench/sidecar (docs/benchmarks.md).
 
 A deliberate exception, then: this module uses the C modules under ssl and
 socket directly (`_ssl._SSLContext`, its `_wrap_socket`, `_socket.socket`),
