@@ -4,7 +4,7 @@ retries, reaches its verdict, and keeps running.
 
 The server is a real HTTPS server on loopback (the standard library's
 http.server, its certificate issued by the harness's throwaway CA), not a mock
-of the client: the sidecar's own http.client + ssl code path talks to it. It
+of the client: the sidecar's own HTTP and TLS code (sidecar.wire) talks to it. It
 answers only what a check asks (GET TrainJob, POST Event) and records when each
 request arrived, so the wait is measured on the server's side.
 """
