@@ -12,7 +12,7 @@ the .py (`os.pyc`, not `__pycache__/os.cpython-311.pyc`), so the image holds
 no source and needs no writable path; built-in and frozen modules need no
 file. Extension modules are copied, and every shared library the interpreter
 and they load (ldd) is copied with the symbolic links on its path (/lib64 ->
-usr/lib64 ...). tests/sidecar/test_sidecar_process.py runs the sidecar for a
+usr/lib64 ...). tests/sidecar/test_sidecar_retry.py runs the sidecar for a
 whole check and holds every module it imports to the closure of ROOTS.
 
 No shell, no package manager, no /etc: the image runs as a numeric user, and
@@ -33,7 +33,7 @@ import sys
 # What the sidecar imports, at start and later: runpy runs `-m sidecar`;
 # email.utils is imported by toolkit.backoff for a Retry-After that is an HTTP
 # date (rare: the apiserver sends seconds).
-ROOTS = ("runpy", "sidecar.__init__", "sidecar.main", "email.utils")
+ROOTS = ("runpy", "sidecar", "sidecar.main", "email.utils")
 STDLIB = pathlib.Path(os.__file__).parent
 APP = pathlib.Path("/opt/dispatch")
 
