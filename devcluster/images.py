@@ -14,6 +14,7 @@ Python base that scripts/build-images.sh makes (no registry is reachable).
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import shutil
@@ -26,6 +27,12 @@ PYTHON_BASE = "localhost/dispatch-base/python:3.11-bookworm"
 # The build stage of images/sidecar.Containerfile carries this label, so that its image can be removed.
 SIDECAR_BUILD_STAGE_LABEL = "dispatch.stage=sidecar-build"
 _NO_CACHE = shutil.ignore_patterns("__pycache__")
+
+
+def _podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """podman with the project's own containers.conf, as scripts/build-images.sh runs it (never /etc's)."""
+    env = {**os.environ, "CONTAINERS_CONF": str(REPO / "scripts" / "containers.conf")}
+    return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _pip_wheel(dest: pathlib.Path, *requirements: str) -> None:
@@ -63,9 +70,8 @@ def build(component: str, *, tag: str, workdir: pathlib.Path) -> str:
     context = workdir / f"{component}-context"
     context.mkdir()
     containerfile = CONTEXTS[component](context)
-    done = subprocess.run(["podman", "build", "-q", "--isolation", "chroot", "--build-arg", f"BASE={PYTHON_BASE}",
-                           "-f", str(containerfile), "-t", tag, str(context)],
-                          capture_output=True, text=True, timeout=900, check=False)
+    done = _podman("build", "-q", "--isolation", "chroot", "--build-arg", f"BASE={PYTHON_BASE}",
+                   "-f", str(containerfile), "-t", tag, str(context), timeout=900)
     if done.returncode != 0:
         raise RuntimeError(f"podman build of {component} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     if component == "sidecar":
@@ -75,14 +81,18 @@ def build(component: str, *, tag: str, workdir: pathlib.Path) -> str:
 
 def remove_sidecar_build_stage() -> None:
     """Remove the sidecar build stage's images (podman keeps them; ~180 MB each)."""
-    ids = subprocess.run(["podman", "images", "-q", "--filter", f"label={SIDECAR_BUILD_STAGE_LABEL}"],
-                         capture_output=True, text=True, check=True).stdout.split()
+    ids = _podman("images", "-q", "--filter", f"label={SIDECAR_BUILD_STAGE_LABEL}").stdout.split()
     if ids:
-        subprocess.run(["podman", "rmi", *ids], capture_output=True, check=False)
+        _podman("rmi", *ids)
 
 
 def size_bytes(image: str) -> int:
     """The image's uncompressed size as podman reports it (the sum of its layers)."""
-    out = subprocess.run(["podman", "image", "inspect", "--format", "{{.Size}}", image],
-                         capture_output=True, text=True, check=True).stdout
-    return int(out.strip())
+    done = _podman("image", "inspect", "--format", "{{.Size}}", image)
+    if done.returncode != 0:
+        raise RuntimeError(f"{image}: {done.stderr.strip()} (make images builds it)")
+    return int(done.stdout.strip())
+
+
+def remove(image: str) -> None:
+    _podman("rmi", image)
