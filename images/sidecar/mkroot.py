@@ -31,9 +31,10 @@ import subprocess
 import sys
 
 # What the sidecar imports, at start and later: runpy runs `-m sidecar`;
-# email.utils is imported by toolkit.backoff for a Retry-After that is an HTTP
-# date (rare: the apiserver sends seconds).
-ROOTS = ("runpy", "sidecar", "sidecar.main", "email.utils")
+# encodings.ascii is the codec of the file the startupProbe waits for (written
+# after the first check); email.utils is imported by toolkit.backoff for a
+# Retry-After that is an HTTP date (rare: the apiserver sends seconds).
+ROOTS = ("runpy", "sidecar", "sidecar.main", "encodings.ascii", "email.utils")
 STDLIB = pathlib.Path(os.__file__).parent
 APP = pathlib.Path("/opt/dispatch")
 

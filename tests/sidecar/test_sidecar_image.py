@@ -29,7 +29,7 @@ import pytest
 from tests import containers
 from devcluster import harness, images
 from tests.sidecar import test_sidecar_cluster as cluster
-from toolkit import names
+from toolkit import names, render
 
 pytestmark = [pytest.mark.images, pytest.mark.cluster]
 
@@ -91,6 +91,7 @@ class Lines:
 def test_image_is_non_root_small_and_has_no_shell(client: docker.DockerClient, image: str) -> None:
     attrs = client.images.get(image).attrs
     assert attrs["Config"]["User"] == "65532:65532"
+    assert "PATH=/usr/bin" in attrs["Config"]["Env"]  # where the startupProbe's exec finds python3
     size_mb = attrs["Size"] / 1e6
     print(f"sidecar image: {size_mb:.1f} MB")
     assert size_mb <= 30
@@ -135,10 +136,17 @@ def test_runs_read_only_against_the_apiserver_and_stops_on_sigterm(
                  str(secrets): {"bind": "/secrets", "mode": "ro"}},
         environment={"DISPATCH_SIDECAR_API_SERVER": setup.env["DISPATCH_SIDECAR_API_SERVER"],
                      "DISPATCH_SIDECAR_TOKEN_FILE": "/secrets/token", "DISPATCH_SIDECAR_CA_FILE": "/secrets/ca.crt",
-                     "DISPATCH_SIDECAR_INTERVAL_SECONDS": "0.2"})
+                     "DISPATCH_SIDECAR_INTERVAL_SECONDS": "0.2",
+                     names.SIDECAR_STARTED_ENV: names.SIDECAR_STARTED_FILE},  # as render.sidecar_container sets it
+        # The pod's emptyDir for the file the startupProbe waits for (toolkit/render.py).
+        tmpfs={names.SIDECAR_STATE_DIR: "mode=1777"})
     try:
         lines = Lines(container.logs(stream=True, follow=True, stdout=False, stderr=True))
         verdicts = lines.wait_for("verdict", count=2, timeout=60)
+        # The startupProbe's own command, as the kubelet execs it (render.sidecar_container): the first
+        # check has run, so it answers 0.
+        probe = render.sidecar_container()["startupProbe"]["exec"]["command"]
+        assert container.exec_run(probe, user="65532:65532").exit_code == 0
         assert [v["verdict"] for v in verdicts] == ["violation", "violation"]
         assert [v["rules"] for v in verdicts] == [["below-floor"], ["below-floor"]]
         container.kill(signal="SIGTERM")

@@ -233,15 +233,16 @@ def test_a_failed_event_post_is_retried_and_the_event_sent_once(
 
 def test_every_module_a_check_imports_is_in_the_image(tmp_path: pathlib.Path, pki: tuple[str, ssl.SSLContext]) -> None:
     # The image carries only the import closure of mkroot.ROOTS (images/sidecar/mkroot.py). A whole
-    # check, through a 503 with Retry-After, a connection, a violation and its Event POST, run with
-    # -X importtime, lists every module the sidecar loads, a lazy import included: each must be in it.
+    # check, through a 503 with Retry-After, a connection, a violation and its Event POST, and the
+    # file the startupProbe waits for, run with -X importtime, lists every module the sidecar loads,
+    # a lazy import included: each must be in it.
     spec = importlib.util.spec_from_file_location("mkroot", REPO / "images" / "sidecar" / "mkroot.py")
     assert spec is not None and spec.loader is not None
     mkroot = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mkroot)
     with serve(pki, floor="3", failures={"GET": 1}, status=503) as server:
         proc = sidecar(tmp_path, pki[0], server.server_address[1], admission="2", flags=("-X", "importtime"),
-                       DISPATCH_SIDECAR_MAX_CHECKS="1")
+                       DISPATCH_SIDECAR_MAX_CHECKS="1", DISPATCH_SIDECAR_STARTED_FILE=str(tmp_path / "started"))
         try:
             _, err = proc.communicate(timeout=60)
         finally:
@@ -251,6 +252,7 @@ def test_every_module_a_check_imports_is_in_the_image(tmp_path: pathlib.Path, pk
     logged = [json.loads(line) for line in err.splitlines() if not line.startswith("import time:")]
     assert [(v["verdict"], v["events"]) for v in logged if v["message"] == "verdict"] == [("violation", 1)]
     assert [line["message"] for line in logged].count("check failed") == 1
+    assert (tmp_path / "started").read_text() == "1\n"  # what the startupProbe waits for
     imported = {line.rsplit("|", 1)[1].strip() for line in timed[1:]}  # the first line is the header
     assert {"sidecar.wire", "json"} <= imported
     missing = imported - set(mkroot.closure(REPO)) - {"sidecar.__main__"}
