@@ -12,8 +12,6 @@ docker SDK against podman's Docker-compatible service, DESIGN.md §10).
 from __future__ import annotations
 
 import pathlib
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +19,7 @@ import docker
 import pytest
 import yaml
 
+from devcluster import images
 from tests import containers
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -39,10 +38,8 @@ def client() -> Iterator[docker.DockerClient]:
 @pytest.fixture(scope="module")
 def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
     context = tmp_path_factory.mktemp("controller-context")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(context / "wheels"), str(REPO)],
-                   check=True, capture_output=True, timeout=600)
-    return containers.build_on_python_base(client, context=context, tag=IMAGE,
-                                           containerfile=REPO / "images" / "controller.Containerfile")
+    containerfile = images.controller_context(context)  # as bench/sidecar builds it
+    return containers.build_on_python_base(client, context=context, tag=IMAGE, containerfile=containerfile)
 
 
 def shipped_container() -> tuple[dict[str, Any], dict[str, Any]]:

@@ -6,15 +6,12 @@ setting is one line and exit 2."""
 from __future__ import annotations
 
 import pathlib
-import re
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import docker
 import pytest
 
+from devcluster import images
 from tests import containers
 
 pytestmark = pytest.mark.images
@@ -33,12 +30,7 @@ def client() -> Iterator[docker.DockerClient]:
 @pytest.fixture(scope="module")
 def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
     context = tmp_path_factory.mktemp("dispatcher-context")
-    shutil.copytree(REPO / "dispatcher", context / "dispatcher", ignore=shutil.ignore_patterns("__pycache__"))
-    (context / "toolkit").mkdir()
-    for path in re.findall(r"toolkit/\w+\.py", CONTAINERFILE.read_text()):  # the modules it copies, read from it
-        shutil.copy(REPO / path, context / path)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(context / "wheels"),
-                    "kubernetes==37.0.2", "urllib3==2.8.0"], check=True, capture_output=True, timeout=600)
+    images.dispatcher_context(context)  # as bench/sidecar builds it
     return containers.build_on_python_base(client, context=context, tag=IMAGE,
                                            containerfile=CONTAINERFILE)
 
