@@ -18,6 +18,10 @@ Invariants this module keeps:
   in `toolkit.adapter.raise_admission`; a 409 there means "recompute from a
   fresh read", never "write the old result again".
 
+An adoption (`toolkit adopt`, see `toolkit.history`) may leave a minimum
+for the next A (annotation `admission-minimum`): the raise writes at least
+that, and removes it in the same update, since the floor then holds it.
+
 `record` is an optional marker of what the raise was for (the Kueue
 controller writes the Workload admission it raised for, see
 `controller.admission`). It goes in the same update as the raise.
@@ -29,7 +33,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from toolkit import detect, names
+from toolkit import detect, history, names
 
 Obj = dict[str, Any]
 
@@ -49,6 +53,7 @@ class Counts:
 
     patch: int | None  # None: no patch entry, or A unreadable
     floor: int | None  # None: no floor annotation, or malformed
+    minimum: int | None = None  # an adoption's minimum for the next A
 
     @property
     def current(self) -> int:
@@ -58,7 +63,7 @@ class Counts:
 
     @property
     def next(self) -> int:
-        return self.current + 1
+        return max(self.current + 1, self.minimum or 0)
 
 
 def _our_patch(trainjob: Obj) -> Obj | None:
@@ -93,6 +98,7 @@ def counts(trainjob: Obj) -> Counts:
     return Counts(
         patch=patch_admission(trainjob),
         floor=detect.parse_floor(annotations.get(names.FLOOR_ANNOTATION)),
+        minimum=detect.parse_count(annotations.get(history.MINIMUM_ANNOTATION)),
     )
 
 
@@ -187,6 +193,7 @@ def raised(
     annotations = meta.get("annotations") or {}
     meta["annotations"] = annotations
     annotations[names.FLOOR_ANNOTATION] = str(new)
+    annotations.pop(history.MINIMUM_ANNOTATION, None)
     if record is not None:
         annotations[record[0]] = record[1]
     if unsuspend:

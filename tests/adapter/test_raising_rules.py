@@ -101,3 +101,16 @@ def test_a_written_by_raises_strictly_increases_whatever_is_rewritten_between(op
         # someone lowering the floor AND the patch together defeats detection
         # by design (DESIGN.md §7's trust boundary); lowering one is covered.
     assert written == sorted(set(written))
+
+
+def test_an_adoption_minimum_lifts_the_next_raise_and_is_spent_by_it():
+    tj = trainjob(patch="3", floor="3")
+    tj["metadata"]["annotations"]["dispatch.phpboyscout.uk/admission-minimum"] = "9"
+    assert raising.counts(tj).next == 9
+    out, new = raising.raised(tj)
+    assert new == 9
+    assert raising.counts(out) == raising.Counts(patch=9, floor=9)
+    assert "dispatch.phpboyscout.uk/admission-minimum" not in out["metadata"]["annotations"]
+    # a minimum at or below the floor changes nothing
+    tj["metadata"]["annotations"]["dispatch.phpboyscout.uk/admission-minimum"] = "2"
+    assert raising.raised(tj)[1] == 4

@@ -1,0 +1,337 @@
+"""A TrainJob's execution history and its high-water mark of R, as pure rules.
+
+Why it exists: Events expire after an hour and `toolkit status` shows one
+execution, so after a reset nobody could say which epochs had already been
+used, nor what the next execution must exceed. The controller records every
+execution it sees on the TrainJob itself (annotation
+`dispatch.phpboyscout.uk/history`, JSON), where it lasts as long as the job
+and survives any restart of the controller.
+
+What it holds:
+- one record per execution, keyed by (A, J): every pod of one execution has
+  the same A (from the pod template) and J (JobSet's restart-attempt label).
+  A record keeps A, J, R, the epoch and attempt token the prologue builds
+  (none past the R bound), the first pod seen and when, when the record last
+  changed, how the execution ended once known (`failed` wins over `stopped`,
+  which wins over `succeeded`) and the verdict (`ok`, or `foreign: <rule>`,
+  which stays);
+- the last `MAX_EXECUTIONS` records, ordered by R, and the count of older
+  ones dropped;
+- `high_water`: the highest R ever recorded. It only increases: every write
+  is `max(old, new)`, and dropping a record never lowers it;
+- the adoptions (`toolkit adopt`): when, the person's reason, the causes the
+  flag held, the mark and the minimum A it set; the last `MAX_ADOPTIONS`,
+  each bounded.
+
+The rules that use it:
+- `repeat`: a pod of an execution not yet recorded whose R is at or below
+  the mark repeats an earlier execution's epoch (or goes back). Every
+  legitimate boundary raises A or J, so a new execution's R is above every
+  earlier one; only a reset produces this.
+- `adopt`: the minimum A of the next raise, so that the next execution's R
+  (with J as the current JobSet has it) is above the mark. Refused when that
+  R would reach the bound 10^6.
+- `adopted`: a pod created at or before the last adoption (second
+  resolution, as the apiserver stamps it) belongs to an execution a person
+  has already judged; it is not flagged again while it winds down.
+
+Writes are never blind: `observe` and `adopt` return the new history, and
+the caller writes it in one update preconditioned on the resourceVersion it
+read (a 409 re-reads and recomputes). `observe` returns None when nothing
+changed, so a job's many ranks cost one write per execution and state, not
+one per pod event.
+
+No I/O: standard library and the other pure modules only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from toolkit import detect, identity, marks, names
+
+Obj = dict[str, Any]
+
+HISTORY_ANNOTATION = f"{names.DOMAIN}/history"
+# The minimum A of the next raise, set by an adoption (toolkit.raising reads it).
+MINIMUM_ANNOTATION = f"{names.DOMAIN}/admission-minimum"
+MAX_EXECUTIONS = 20
+MAX_ADOPTIONS = 5
+REASON_LIMIT = 512
+CAUSES_LIMIT = 4096  # characters of causes kept with one adoption
+_ENDED_RANK = {None: 0, "succeeded": 1, "stopped": 2, "failed": 3}
+
+
+class AdoptRefused(Exception):
+    """The adoption cannot give a next R above the mark; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    a: int
+    j: int
+    r: int
+    epoch: str | None
+    attempt: str | None
+    first_pod: str
+    first_seen: str
+    last_seen: str
+    ended: str | None  # None while running; "succeeded", "stopped" or "failed"
+    verdict: str  # "ok" or "foreign: <rule>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Adoption:
+    time: str
+    reason: str
+    causes: list[str]
+    dropped: int  # causes the flag had counted but not kept
+    high_water: int
+    minimum: int  # the minimum A of the next raise
+    jobset_uid: str | None  # the JobSet UID recorded by the adoption
+
+
+@dataclasses.dataclass(frozen=True)
+class History:
+    executions: tuple[Execution, ...] = ()
+    dropped: int = 0
+    high_water: int = 0
+    adoptions: tuple[Adoption, ...] = ()
+    adoptions_dropped: int = 0
+    unreadable: bool = False  # the annotation was there but not ours to read
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    a: int
+    j: int
+    epoch: str | None
+    attempt: str | None
+    pod: str
+    time: str
+    ended: str | None
+    verdict: str
+
+
+# -- reading and writing the annotation -----------------------------------
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"not a count: {value!r}")
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"not text: {value!r}")
+    return value
+
+
+def parse(value: str | None) -> History:
+    """The history an annotation holds; an unreadable one reads as empty,
+    marked `unreadable` (the next write replaces it; the floor still bounds A)."""
+    if value is None:
+        return History()
+    try:
+        doc = json.loads(value)
+        executions = tuple(
+            Execution(a=_int(e["a"]), j=_int(e["j"]), r=_int(e["r"]), epoch=_opt_str(e.get("epoch")),
+                      attempt=_opt_str(e.get("attempt")), first_pod=str(e["firstPod"]),
+                      first_seen=str(e["firstSeen"]), last_seen=str(e["lastSeen"]),
+                      ended=_opt_str(e.get("ended")), verdict=str(e["verdict"]))
+            for e in doc.get("executions") or []
+        )
+        adoptions = tuple(
+            Adoption(time=str(d["time"]), reason=str(d["reason"]), causes=[str(c) for c in d.get("causes") or []],
+                     dropped=_int(d.get("dropped", 0)), high_water=_int(d["highWater"]),
+                     minimum=_int(d["minimum"]), jobset_uid=_opt_str(d.get("jobsetUid")))
+            for d in doc.get("adoptions") or []
+        )
+        return History(
+            executions=executions,
+            dropped=_int(doc.get("dropped", 0)),
+            high_water=_int(doc.get("highWater", 0)),
+            adoptions=adoptions,
+            adoptions_dropped=_int(doc.get("adoptionsDropped", 0)),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return History(unreadable=True)
+
+
+def render(history: History) -> str:
+    doc = {
+        "highWater": history.high_water,
+        "dropped": history.dropped,
+        "executions": [
+            {"a": e.a, "j": e.j, "r": e.r, "epoch": e.epoch, "attempt": e.attempt, "firstPod": e.first_pod,
+             "firstSeen": e.first_seen, "lastSeen": e.last_seen, "ended": e.ended, "verdict": e.verdict}
+            for e in history.executions
+        ],
+        "adoptionsDropped": history.adoptions_dropped,
+        "adoptions": [
+            {"time": d.time, "reason": d.reason, "causes": d.causes, "dropped": d.dropped,
+             "highWater": d.high_water, "minimum": d.minimum, "jobsetUid": d.jobset_uid}
+            for d in history.adoptions
+        ],
+    }
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+
+
+def of(trainjob: Obj) -> History:
+    annotations = (trainjob.get("metadata") or {}).get("annotations") or {}
+    return parse(annotations.get(HISTORY_ANNOTATION))
+
+
+# -- identity of an execution --------------------------------------------
+
+
+def _env_value(trainjob: Obj, key: str) -> str | None:
+    for var in ((trainjob.get("spec") or {}).get("trainer") or {}).get("env") or []:
+        if var.get("name") == key and "value" in var:
+            return str(var["value"])
+    return None
+
+
+def identity_of(trainjob: Obj, *, admission: int, restart: int) -> tuple[str | None, str | None]:
+    """The epoch and attempt token an execution with this A and J sees, as the
+    prologue builds them; (None, None) where the prologue would refuse to run
+    (A = 0, R at the bound) or the TrainJob has no prefixes."""
+    try:
+        r = identity.check_r(admission=admission, restart=restart)
+    except identity.BoundError:
+        return None, None
+    prefix = _env_value(trainjob, names.ENV_EPOCH_PREFIX)
+    token = _env_value(trainjob, names.ENV_TOKEN_PREFIX)
+    epoch: str | None = None
+    if prefix is not None:
+        try:
+            epoch = str(identity.epoch_from_prefix(prefix=prefix, r=r))
+        except identity.BoundError:
+            epoch = None
+    return epoch, (f"{token}.{admission}.{restart}" if token else None)
+
+
+def from_pod(pod: Obj, trainjob: Obj, *, now: str, verdict: str) -> Observation | None:
+    """What a trainer pod says about its execution; None when it carries no
+    usable A or J, or A = 0 (the prologue runs nothing then)."""
+    meta = pod.get("metadata") or {}
+    a = detect.parse_count(((meta.get("annotations") or {}).get(names.ADMISSION_ANNOTATION)))
+    j = detect.parse_count(((meta.get("labels") or {}).get(names.RESTART_LABEL)))
+    if a is None or j is None or a == 0:
+        return None
+    phase = (pod.get("status") or {}).get("phase")
+    ended = {"Succeeded": "succeeded", "Failed": "failed"}.get(str(phase))
+    if ended is None and not marks.is_live(pod):
+        ended = "stopped"
+    epoch, attempt = identity_of(trainjob, admission=a, restart=j)
+    return Observation(a=a, j=j, epoch=epoch, attempt=attempt, pod=str(meta.get("name")), time=now,
+                       ended=ended, verdict=verdict)
+
+
+# -- the rules ------------------------------------------------------------
+
+
+def observe(history: History, obs: Observation) -> History | None:
+    """The history with this observation recorded, or None when it adds
+    nothing (see the module docstring)."""
+    r = obs.a + obs.j
+    for i, e in enumerate(history.executions):
+        if (e.a, e.j) != (obs.a, obs.j):
+            continue
+        ended = obs.ended if _ENDED_RANK.get(obs.ended, 0) > _ENDED_RANK.get(e.ended, 0) else e.ended
+        verdict = e.verdict if e.verdict != "ok" else obs.verdict
+        if (ended, verdict) == (e.ended, e.verdict):
+            return None
+        changed = dataclasses.replace(e, ended=ended, verdict=verdict, last_seen=obs.time)
+        return dataclasses.replace(
+            history, executions=history.executions[:i] + (changed,) + history.executions[i + 1:]
+        )
+    full = len(history.executions) >= MAX_EXECUTIONS
+    if full and history.executions and r < history.executions[0].r:
+        return None  # a late pod of an execution already dropped
+    new = Execution(a=obs.a, j=obs.j, r=r, epoch=obs.epoch, attempt=obs.attempt, first_pod=obs.pod,
+                    first_seen=obs.time, last_seen=obs.time, ended=obs.ended, verdict=obs.verdict)
+    executions = sorted((*history.executions, new), key=lambda e: (e.r, e.a))
+    dropped = max(0, len(executions) - MAX_EXECUTIONS)
+    return dataclasses.replace(
+        history,
+        executions=tuple(executions[dropped:]),
+        dropped=history.dropped + dropped,
+        high_water=max(history.high_water, r),
+        unreadable=False,
+    )
+
+
+def recorded(history: History, *, a: int, j: int) -> bool:
+    return any((e.a, e.j) == (a, j) for e in history.executions)
+
+
+def repeat(history: History, *, a: int, j: int, pod: str) -> detect.Violation | None:
+    """A pod of a new execution whose R is not above the mark."""
+    r = a + j
+    if recorded(history, a=a, j=j) or r > history.high_water:
+        return None
+    return detect.Violation(
+        "r-repeat",
+        f"pod {pod} runs A={a} J={j}, R {r}, not above the highest R {history.high_water} of an earlier "
+        "execution: its epoch repeats or goes back",
+    )
+
+
+def _bounded(lines: list[str], limit: int) -> list[str]:
+    kept: list[str] = []
+    total = 0
+    for line in lines:
+        line = line[:limit]
+        if total + len(line) > limit:
+            break
+        kept.append(line)
+        total += len(line)
+    return kept
+
+
+def adopt(
+    history: History,
+    *,
+    time: str,
+    reason: str,
+    causes: list[str],
+    dropped: int,
+    restarts: int,
+    jobset_uid: str | None,
+) -> tuple[History, int]:
+    """The history with this adoption recorded, and the minimum A of the next
+    raise: with J = `restarts` (the current JobSet's), the next R is then
+    above the mark."""
+    next_r = history.high_water + 1
+    if next_r >= identity.R_LIMIT:
+        raise AdoptRefused(
+            f"the next R would be {next_r} (above the high-water mark {history.high_water}); "
+            f"R {next_r} is not below the bound 10^6"
+        )
+    minimum = max(1, next_r - restarts)
+    record = Adoption(
+        time=time,
+        reason=" ".join(reason.split())[:REASON_LIMIT],
+        causes=_bounded(causes, CAUSES_LIMIT),
+        dropped=dropped + max(0, len(causes) - len(_bounded(causes, CAUSES_LIMIT))),
+        high_water=history.high_water,
+        minimum=minimum,
+        jobset_uid=jobset_uid,
+    )
+    adoptions = (*history.adoptions, record)
+    extra = max(0, len(adoptions) - MAX_ADOPTIONS)
+    return (
+        dataclasses.replace(history, adoptions=adoptions[extra:], adoptions_dropped=history.adoptions_dropped + extra),
+        minimum,
+    )
+
+
+def adopted(history: History, *, created: str | None) -> bool:
+    """The pod was created at or before the last adoption (see the docstring)."""
+    if not history.adoptions or not created:
+        return False
+    return created <= history.adoptions[-1].time
