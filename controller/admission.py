@@ -6,8 +6,20 @@ is the moment A is raised: the TrainJob is still suspended, so Trainer's
 webhook allows the runtime-patch change, and no pod of the coming execution
 exists yet.
 
+Only our TrainJobs (`marks.is_ours`: what `toolkit start` writes) are
+raised. A Workload that waits on our check but is not owned by one of them
+(a user's own TrainJob, or any other job, in a ClusterQueue that lists our
+check) has no identity of ours to keep: its check is set Ready untouched,
+with the message "not a dispatch TrainJob: approved without a raise", and
+nothing of ours is written on its job. Leaving it Pending instead would hold
+its quota forever for a rule that does not apply to it.
+
 For a Workload owned by one of our TrainJobs, with QuotaReserved true and
-our check Pending:
+our check Pending, the TrainJob's runtime is checked again first (it may have
+been edited since start; DESIGN.md §5): a refusal sets our check Rejected
+with the refusal (the field and the value found) as its message, and Kueue
+deactivates the Workload, releasing its quota, until a person fixes the
+runtime and reactivates it. Otherwise:
     1. raise A on the TrainJob (`adapter.raise_admission`), writing in the
        SAME update the marker `raised-for = <workload uid>/<workload rv>`,
        where rv is the Workload resourceVersion that showed the reservation;
@@ -44,11 +56,12 @@ import datetime
 import logging
 from typing import Any
 
-from toolkit import adapter, kube, names, paths
+from toolkit import adapter, kube, marks, paths, raising
 
 Obj = dict[str, Any]
 
-CONTROLLER_NAME = f"{names.DOMAIN}/admission-check"
+CONTROLLER_NAME = adapter.CHECK_CONTROLLER_NAME
+UNTOUCHED = "not a dispatch TrainJob: approved without a raise"
 log = logging.getLogger(__name__)
 
 
@@ -61,14 +74,6 @@ def condition_true(obj: Obj, kind: str) -> bool:
         if cond.get("type") == kind:
             return cond.get("status") == "True"
     return False
-
-
-def owner_trainjob(workload: Obj) -> str | None:
-    """The name of the TrainJob that owns the Workload, if any."""
-    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "TrainJob" and str(ref.get("apiVersion", "")).startswith(f"{names.TRAINER_GROUP}/"):
-            return str(ref.get("name"))
-    return None
 
 
 def check_state(workload: Obj, check: str) -> str | None:
@@ -98,14 +103,19 @@ def marker(workload: Obj) -> str:
 
 def with_check_ready(workload: Obj, *, checks: list[str], admission: int) -> Obj:
     """The Workload with our checks set Ready; pure (copies the status list)."""
+    return with_checks(workload, checks=checks, state="Ready", message=f"A raised to {admission}")
+
+
+def with_checks(workload: Obj, *, checks: list[str], state: str, message: str) -> Obj:
+    """The Workload with our checks in `state`; pure (copies the status list)."""
     out = dict(workload)
     status = dict(out.get("status") or {})
     entries = []
     for entry in status.get("admissionChecks") or []:
         entry = dict(entry)
         if entry.get("name") in checks:
-            entry["state"] = "Ready"
-            entry["message"] = f"A raised to {admission}"
+            entry["state"] = state
+            entry["message"] = message[:1024]
             entry["lastTransitionTime"] = _now()
         entries.append(entry)
     status["admissionChecks"] = entries
@@ -115,7 +125,7 @@ def with_check_ready(workload: Obj, *, checks: list[str], admission: int) -> Obj
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    action: str  # "ready", "skipped", "refused", "stale"
+    action: str  # "ready", "untouched" (not ours, approved), "rejected" (runtime), "skipped", "refused", "stale"
     admission: int | None = None
     conflicts: int = 0
     raised: bool = False
@@ -135,17 +145,28 @@ def reconcile_workload(
         workload = client.get(paths.WORKLOAD, name=name, namespace=namespace)
     except kube.NotFound:
         return Outcome("skipped")
-    trainjob = owner_trainjob(workload)
     checks = pending_checks(workload, ours)
-    if trainjob is None or not checks:
+    if not checks:
         return Outcome("skipped")
+    trainjob = marks.owner_trainjob(workload)
+    current: Obj | None = None
+    if trainjob is not None:
+        try:
+            current = client.get(paths.TRAINJOB, name=trainjob, namespace=namespace)
+        except kube.NotFound:
+            return Outcome("skipped")  # its job is gone; Kueue deletes the Workload
+    if current is None or trainjob is None or not marks.is_ours(current):
+        return _set(client, workload, checks=checks, state="Ready", message=UNTOUCHED, action="untouched")
+    try:
+        adapter.check_runtime(client, trainjob=current)
+    except adapter.AdapterError as exc:
+        log.warning("runtime refused, check Rejected: %s", exc, extra={"workload": f"{namespace}/{name}"})
+        return _set(client, workload, checks=checks, state="Rejected", message=str(exc), action="rejected")
     mark = marker(workload)
 
     def already(tj: Obj) -> int | None:
         annotations = (tj.get("metadata") or {}).get("annotations") or {}
         if annotations.get(adapter.RAISED_FOR_ANNOTATION) == mark:
-            from toolkit import raising
-
             return raising.counts(tj).current
         return None
 
@@ -157,6 +178,7 @@ def reconcile_workload(
             record=(adapter.RAISED_FOR_ANNOTATION, mark),
             skip_if=already,
             on_conflict=on_conflict,
+            first=current,
         )
     except adapter.AdapterError as exc:
         # Not suspended (or gone): never approve without the raise.
@@ -168,6 +190,16 @@ def reconcile_workload(
         # The Workload moved on; the next pass decides from a fresh read.
         return Outcome("stale", raised.admission, raised.conflicts, raised.written)
     return Outcome("ready", raised.admission, raised.conflicts, raised.written)
+
+
+def _set(client: kube.Client, workload: Obj, *, checks: list[str], state: str, message: str, action: str) -> Outcome:
+    """Our checks set to `state` without a raise, preconditioned on the version read."""
+    try:
+        client.replace(paths.WORKLOAD, with_checks(workload, checks=checks, state=state, message=message),
+                       subresource="status")
+    except (kube.Conflict, kube.NotFound):
+        return Outcome("stale")
+    return Outcome(action)
 
 
 def ensure_active(client: kube.Client, check: Obj) -> bool:

@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Any
 
-from toolkit import informer, jsonlog, kube, names, paths
+from toolkit import informer, jsonlog, kube, marks, names, paths
 from controller import admission, detector, health, queue
 from controller import settings as settings_mod
 
@@ -124,8 +124,6 @@ class Controller:
         if kind == "DELETED":
             self._seen_reserved.pop(meta["uid"], None)
             return
-        if admission.owner_trainjob(wl) is None:
-            return
         with self._ours_lock:
             ours = set(self.ours)
         if admission.pending_checks(wl, ours):
@@ -140,7 +138,7 @@ class Controller:
                      extra={"workload": f"{meta['namespace']}/{meta['name']}"})
 
     def _on_jobset(self, kind: str, js: Obj) -> None:
-        if kind != "DELETED" and detector.owner_trainjob(js):
+        if kind != "DELETED" and marks.owner_trainjob(js):
             self.queue.add(("jobset", js["metadata"]["namespace"], js["metadata"]["name"]), js)
 
     def _on_pod(self, kind: str, pod: Obj) -> None:
@@ -169,7 +167,7 @@ class Controller:
             )
             if outcome.raised:
                 self.metrics.raises.inc()
-            if outcome.action in ("ready", "skipped"):
+            if outcome.action in ("ready", "skipped", "untouched", "rejected"):
                 self._seen_reserved.pop(uid, None)
             if outcome.action == "ready":
                 if started is not None:
@@ -178,6 +176,8 @@ class Controller:
                     "check ready",
                     extra={"workload": f"{namespace}/{name}", "admission": outcome.admission, "raised": outcome.raised},
                 )
+            elif outcome.action in ("untouched", "rejected"):
+                log.info("check set without a raise", extra={"workload": f"{namespace}/{name}", "outcome": outcome.action})
             elif outcome.action == "stale":
                 self.queue.add_after(key, obj, 0.05)
             elif outcome.action == "refused":

@@ -23,11 +23,24 @@ re-read does not confirm flags nothing: it is logged as "sidecar report
 unconfirmed" and counted (`dispatch_sidecar_reports_total{outcome}`).
 
 What this must never do: stop, suspend, delete or otherwise change the
-workload. It only writes the TrainJob's jobset-uid and foreign annotations.
+workload. It only writes the TrainJob's jobset-uid, foreign and history
+annotations.
 
 Pods that are terminating or finished are not checked: after a preemption
 the old execution's pods linger while the floor is raised for the next
-one, and they are not a reset.
+one, and they are not a reset. Nor are pods created at or before the last
+adoption (`history.adopted`): a person has judged their execution.
+
+No flag from a stale cache: the informer's copy of a pod can be older than
+the floor read fresh for it (a pod of the previous execution, seen late
+across a raise, still looks live there). So a pod is flagged only after a
+fresh read of that pod shows the violation too; the informer's copy only
+says where to look.
+
+Every trainer pod seen (live or ended) is also recorded in the TrainJob's
+execution history (`toolkit.history`, through `adapter.record_execution`),
+and a pod of an execution not yet recorded whose R is not above the
+history's high-water mark is flagged (`r-repeat`): its epoch repeats.
 """
 
 from __future__ import annotations
@@ -36,12 +49,12 @@ import logging
 import re
 from typing import Any
 
-from toolkit import adapter, detect, kube, names, paths, raising
+from toolkit import adapter, detect, history, kube, marks, names, paths, raising
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+REPLICATED_JOB_LABEL = marks.REPLICATED_JOB_LABEL
 COMPONENT = "dispatch-controller"
 # A claim kept in the flag is bounded like the sidecar's own message
 # (sidecar/check.py); a forged one can be any length.
@@ -52,42 +65,42 @@ CONFIRMED = "(confirmed by the controller; the sidecar reported:"
 _CLAIMED_POD = re.compile(r"\[seen by the sidecar of pod=(\S+)")
 
 
-def is_ours(trainjob: Obj | None) -> bool:
-    """A TrainJob we started: it carries our runtime-patch entry."""
-    if not trainjob:
-        return False
-    return any(
-        p.get("manager") == names.PATCH_MANAGER for p in (trainjob.get("spec") or {}).get("runtimePatches") or []
-    )
+is_ours = marks.is_ours
 
 
-def owner_trainjob(obj: Obj) -> str | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "TrainJob" and str(ref.get("apiVersion", "")).startswith(f"{names.TRAINER_GROUP}/"):
-            return str(ref.get("name"))
-    return None
-
-
-def pod_violation(pod: Obj, trainjob: Obj) -> detect.Violation | None:
-    """Pure: the §7 pod rule for a pod of our trainer job, or None."""
+def judge(pod: Obj, trainjob: Obj) -> list[detect.Violation]:
+    """Pure: the §7 violation a live trainer pod shows against its TrainJob:
+    the floor rules first, and only when they pass the repeat rule against
+    the history (a pod already below the floor needs no second line)."""
+    if not marks.is_live(pod) or not marks.is_trainer(pod):
+        return []
     meta = pod.get("metadata") or {}
-    if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return None
-    labels = meta.get("labels") or {}
-    if labels.get(REPLICATED_JOB_LABEL) != names.TRAINER_REPLICATED_JOB:
-        return None
+    recorded = history.of(trainjob)
+    if history.adopted(recorded, created=meta.get("creationTimestamp")):
+        return []
     annotations = meta.get("annotations") or {}
-    return detect.pod(
+    labels = meta.get("labels") or {}
+    rule = detect.pod(
         pod_name=str(meta.get("name")),
         admission=annotations.get(names.ADMISSION_ANNOTATION),
         restart=labels.get(names.RESTART_LABEL),
         floor=raising.counts(trainjob).floor,
     )
+    if rule is not None:
+        return [rule]
+    a = detect.parse_count(annotations.get(names.ADMISSION_ANNOTATION))
+    j = detect.parse_count(labels.get(names.RESTART_LABEL))
+    if a is not None and j is not None:
+        repeat = history.repeat(recorded, a=a, j=j, pod=str(meta.get("name")))
+        if repeat is not None:
+            return [repeat]
+    return []
 
 
-def _live(pod: Obj) -> bool:
-    meta = pod.get("metadata") or {}
-    return not meta.get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+def pod_violation(pod: Obj, trainjob: Obj) -> detect.Violation | None:
+    """Pure: the first §7 violation of a pod of our trainer job, or None."""
+    found = judge(pod, trainjob)
+    return found[0] if found else None
 
 
 def claim_text(event: Obj) -> str:
@@ -127,11 +140,12 @@ def confirmed(*, trainjob: Obj, pod: Obj | None, jobset: Obj | None) -> list[det
 
     add(detect.floor(annotations.get(names.FLOOR_ANNOTATION)))
     if pod is not None and ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOBSET_NAME_LABEL) == name:
-        add(pod_violation(pod, trainjob))
+        for violation in judge(pod, trainjob):
+            add(violation)
         pod_jobset = (pod["metadata"].get("labels") or {}).get(names.JOBSET_UID_LABEL)
-        if pod_jobset and _live(pod):
+        if pod_jobset and marks.is_live(pod):
             add(detect.jobset_uid(recorded=recorded, seen=pod_jobset))
-    if jobset is not None and owner_trainjob(jobset) == name and not jobset["metadata"].get("deletionTimestamp"):
+    if jobset is not None and marks.owner_trainjob(jobset) == name and not jobset["metadata"].get("deletionTimestamp"):
         add(detect.jobset_uid(recorded=recorded, seen=jobset["metadata"]["uid"]))
     return found
 
@@ -162,7 +176,7 @@ class Detector:
         meta = jobset["metadata"]
         if meta.get("deletionTimestamp"):
             return False
-        name = owner_trainjob(jobset)
+        name = marks.owner_trainjob(jobset)
         if name is None or self._trainjob(meta["namespace"], name) is None:
             return False
         violation = adapter.record_jobset_uid(self.client, namespace=meta["namespace"], name=name, uid=meta["uid"])
@@ -171,17 +185,31 @@ class Detector:
         return self._flag(namespace=meta["namespace"], name=name, violation=violation)
 
     def pod(self, pod: Obj) -> bool:
+        """Judge a trainer pod (from a fresh read before any flag) and record
+        its execution in the history."""
         meta = pod["metadata"]
+        namespace = meta["namespace"]
         name = (meta.get("labels") or {}).get(names.JOBSET_NAME_LABEL)
-        if not name:
+        if not name or not marks.is_trainer(pod):
             return False
-        trainjob = self._trainjob(meta["namespace"], name)
+        trainjob = self._trainjob(namespace, name)
         if trainjob is None:
             return False
-        violation = pod_violation(pod, trainjob)
-        if violation is None:
-            return False
-        return self._flag(namespace=meta["namespace"], name=name, violation=violation)
+        found = judge(pod, trainjob)
+        if found:
+            # The cache may be behind the floor just read: judge the pod as it is now.
+            fresh = self._one(paths.POD, namespace=namespace, name=meta["name"])
+            found = judge(fresh, trainjob) if fresh is not None else []
+            pod = fresh if fresh is not None else pod
+        flagged = False
+        for violation in found:
+            flagged = self._flag(namespace=namespace, name=name, violation=violation) or flagged
+        verdict = f"foreign: {found[0].rule}" if found else "ok"
+        observation = history.from_pod(pod, trainjob, now=adapter.now(), verdict=verdict)
+        if observation is not None:
+            adapter.record_execution(self.client, namespace=namespace, name=name, observation=observation,
+                                     first=None if flagged else trainjob)
+        return flagged
 
     def _one(self, res: paths.Resource, *, namespace: str, name: str) -> Obj | None:
         """A fresh read by name. A list with a name selector, not a get: the

@@ -1,5 +1,6 @@
 """The adapter operations (DESIGN.md §4, §6, §7): start, open, release, hold,
-status, plus the raise loop and the foreign flag the controller shares.
+status, executions and adopt, plus the raise loop, the foreign flag and the
+execution record the controller shares.
 
 Each operation is a small function over a `kube.Client`; the rules it
 applies are pure and live elsewhere (`raising` for the raise, `detect` for
@@ -16,23 +17,40 @@ Invariants:
 - Start never changes an existing TrainJob: the name is a function of the
   job and submission, so AlreadyExists means "already started".
 - Flagging foreign only adds annotations and an Event; nothing here stops,
-  suspends or deletes a workload because of a detected reset.
+  suspends or deletes a workload because of a detected reset. Only a
+  person's `adopt` clears the flag, and it keeps the causes in the history.
+- Open and release check the runtime again (it may have been edited since
+  start) and record the JobSet UID the first time they see it, as the
+  controller does; a different UID is flagged, not refused (detection, not
+  prevention). Status records and reports it the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Callable
 from typing import Any
 
-from toolkit import detect, kube, names, paths, raising
+from toolkit import causes, detect, history, kube, marks, names, paths, raising, runtime_check
 
 Obj = dict[str, Any]
 
 # Which Workload admission the last raise was for: "<workload uid>/<resourceVersion>"
 # (see controller.admission for why that pair).
 RAISED_FOR_ANNOTATION = f"{names.DOMAIN}/raised-for"
+# Written by start when the request allows a failed rank to be replaced
+# (DESIGN.md §5), so the runtime's later checks apply the same rule.
+ALLOW_RANK_RESTART_ANNOTATION = f"{names.DOMAIN}/allow-rank-restart"
+# The AdmissionCheck controllerName of our Kueue check (controller.admission).
+CHECK_CONTROLLER_NAME = f"{names.DOMAIN}/admission-check"
+ADOPTED_REASON = "DispatchAdopted"
 COMPONENT = "dispatch-adapter"
+
+
+def now() -> str:
+    """The apiserver's timestamp format, to the second (UTC)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class AdapterError(Exception):
@@ -44,6 +62,7 @@ class Raised:
     admission: int  # A after the update (or as found, when nothing was written)
     conflicts: int  # 409s re-read and recomputed
     written: bool = True
+    jobset_reset: str | None = None  # a JobSet UID mismatch seen (and flagged) before the raise
 
 
 def raise_admission(
@@ -105,6 +124,23 @@ def _runtime(client: kube.Client, *, namespace: str, ref: Obj) -> Obj:
         raise AdapterError(f"spec.runtimeRef: {kind} {name!r} not found on the cluster") from None
 
 
+def check_runtime(client: kube.Client, *, trainjob: Obj, allow_rank_restart: bool | None = None) -> None:
+    """DESIGN.md §5 against the runtime the TrainJob names, read now: a
+    (Cluster)TrainingRuntime can be edited after start, and a JobSet rebuilt
+    later uses the edited one. AdapterError names the field and the value.
+    `allow_rank_restart` None: as start recorded it on the TrainJob."""
+    meta = trainjob.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "")
+    if allow_rank_restart is None:
+        allow_rank_restart = (meta.get("annotations") or {}).get(ALLOW_RANK_RESTART_ANNOTATION) == "true"
+    runtime = _runtime(client, namespace=namespace, ref=(trainjob.get("spec") or {}).get("runtimeRef") or {})
+    refusals = runtime_check.check(runtime, allow_rank_restart=allow_rank_restart)
+    if refusals:
+        raise AdapterError(
+            f"runtime {runtime['metadata']['name']}: " + "; ".join(str(r) for r in refusals)
+        )
+
+
 def start(
     client: kube.Client,
     *,
@@ -113,8 +149,6 @@ def start(
 ) -> Started:
     """Create the rendered TrainJob suspended with A = 0, after checking its
     runtime on the cluster. An existing TrainJob of that name is left as is."""
-    from toolkit import runtime_check  # the teammate's §5 rules, pure
-
     meta = trainjob["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     try:
@@ -122,12 +156,10 @@ def start(
         return Started(namespace, name, created=False)
     except kube.NotFound:
         pass
-    runtime = _runtime(client, namespace=namespace, ref=trainjob["spec"].get("runtimeRef") or {})
-    refusals = runtime_check.check(runtime, allow_rank_restart=allow_rank_restart)
-    if refusals:
-        raise AdapterError(
-            f"runtime {runtime['metadata']['name']}: " + "; ".join(str(r) for r in refusals)
-        )
+    check_runtime(client, trainjob=trainjob, allow_rank_restart=allow_rank_restart)
+    if allow_rank_restart:
+        trainjob = {**trainjob, "metadata": {**meta, "annotations": {
+            **(meta.get("annotations") or {}), ALLOW_RANK_RESTART_ANNOTATION: "true"}}}
     if not raising.is_suspended(trainjob) or raising.patch_admission(trainjob) != 0:
         raise AdapterError(
             f"TrainJob {name}: must be rendered with spec.suspend true and admission 0 in our runtime patch"
@@ -144,21 +176,57 @@ def start(
 # -- open / release / hold --------------------------------------------
 
 
+def _get_trainjob(client: kube.Client, *, namespace: str, name: str) -> Obj:
+    try:
+        return client.get(paths.TRAINJOB, name=name, namespace=namespace)
+    except kube.NotFound:
+        raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
+
+
+def _jobset(client: kube.Client, *, namespace: str, name: str) -> Obj | None:
+    """Trainer's one JobSet of the TrainJob (named like it), if any."""
+    try:
+        return client.get(paths.JOBSET, name=name, namespace=namespace)
+    except kube.NotFound:
+        return None
+
+
+def check_jobset(client: kube.Client, *, namespace: str, name: str, jobset: Obj | None,
+                 component: str = COMPONENT) -> str | None:
+    """Record the JobSet's UID the first time it is seen (DESIGN.md §7, by the
+    adapter as by the controller); a different one is flagged foreign. The
+    cause, or None."""
+    if jobset is None or (jobset.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    violation = record_jobset_uid(client, namespace=namespace, name=name, uid=jobset["metadata"]["uid"])
+    if violation is None:
+        return None
+    flag_foreign(client, namespace=namespace, name=name, violation=violation, component=component)
+    return violation.detail
+
+
+def _admit(client: kube.Client, *, namespace: str, name: str, trainjob: Obj) -> Raised:
+    """Plain mode's admission: the runtime checked again, the JobSet UID
+    recorded (or its change flagged), then the raise that unsuspends."""
+    check_runtime(client, trainjob=trainjob)
+    reset = check_jobset(client, namespace=namespace, name=name, jobset=_jobset(client, namespace=namespace, name=name))
+    raised = raise_admission(client, namespace=namespace, name=name, unsuspend=True,
+                             first=None if reset else trainjob)
+    return dataclasses.replace(raised, jobset_reset=reset)
+
+
 def open_(client: kube.Client, *, namespace: str, name: str) -> Raised:
-    """Plain mode: raise A and unsuspend, in one preconditioned update."""
-    return raise_admission(client, namespace=namespace, name=name, unsuspend=True)
+    """Plain mode: raise A and unsuspend, in one preconditioned update (after
+    the runtime check and the JobSet UID record, see `_admit`)."""
+    trainjob = _get_trainjob(client, namespace=namespace, name=name)
+    return _admit(client, namespace=namespace, name=name, trainjob=trainjob)
 
 
 def live_pods(client: kube.Client, *, namespace: str, name: str) -> list[str]:
-    """The TrainJob's pods that still run: not finished and not terminating
-    (the pods the controller's detector judges), sorted by name."""
+    """The TrainJob's pods that still run (`marks.is_live`: the pods the
+    controller's detector judges), sorted by name."""
     pods, _ = client.list(paths.POD, namespace=namespace, label_selector=f"{names.JOBSET_NAME_LABEL}={name}")
-    return sorted(
-        str(p["metadata"]["name"])
-        for p in pods
-        if not p["metadata"].get("deletionTimestamp")
-        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-    )
+    return sorted(str(p["metadata"]["name"]) for p in pods if marks.is_live(p))
 
 
 def release(client: kube.Client, *, namespace: str, name: str) -> Raised:
@@ -168,10 +236,7 @@ def release(client: kube.Client, *, namespace: str, name: str) -> Raised:
     raise then would leave them running below the new floor, where the
     detector (and their sidecars) would flag the TrainJob foreign for
     nothing. Terminating pods do not count: nothing judges them."""
-    try:
-        trainjob = client.get(paths.TRAINJOB, name=name, namespace=namespace)
-    except kube.NotFound:
-        raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
+    trainjob = _get_trainjob(client, namespace=namespace, name=name)
     if raising.is_suspended(trainjob):
         live = live_pods(client, namespace=namespace, name=name)
         if live:
@@ -180,7 +245,7 @@ def release(client: kube.Client, *, namespace: str, name: str) -> Raised:
                 f"TrainJob {namespace}/{name}: pod {live[0]}{more} of the held execution still running; "
                 "release once the hold has stopped them (they would run below the raised floor)"
             )
-    return raise_admission(client, namespace=namespace, name=name, unsuspend=True, first=trainjob)
+    return _admit(client, namespace=namespace, name=name, trainjob=trainjob)
 
 
 def hold(client: kube.Client, *, namespace: str, name: str) -> bool:
@@ -213,21 +278,23 @@ def flag_foreign(
 ) -> bool:
     """Keep the cause detail on the TrainJob and emit a Warning Event.
 
-    Idempotent: a cause already recorded is not recorded or announced again.
-    Only annotations change; the workload is left running. True when the
-    cause was new.
+    Each cause is written and announced once (`toolkit.causes`: whole lines,
+    bounded, the dropped ones counted once). Only annotations change; the
+    workload is left running. True when the cause was new.
     """
 
     def compute(trainjob: Obj) -> tuple[Obj | None, Obj | None]:
-        annotations = trainjob["metadata"].setdefault("annotations", {}) or {}
+        annotations = trainjob["metadata"].get("annotations") or {}
         trainjob["metadata"]["annotations"] = annotations
-        previous = annotations.get(names.FOREIGN_ANNOTATION) or ""
-        if violation.detail in previous.split("\n"):
+        current = causes.parse(annotations.get(names.FOREIGN_ANNOTATION), annotations.get(causes.DROPPED_ANNOTATION))
+        added = causes.add(current, violation.detail)
+        if added is None:
             return None, None
-        # Annotation values are bounded (256 KiB for all of them together):
-        # keep the first causes, which are the ones a person must see.
-        joined = f"{previous}\n{violation.detail}" if previous else violation.detail
-        annotations[names.FOREIGN_ANNOTATION] = joined[:8192]
+        foreign, dropped = causes.render(added)
+        if foreign:
+            annotations[names.FOREIGN_ANNOTATION] = foreign
+        if dropped is not None:
+            annotations[causes.DROPPED_ANNOTATION] = dropped
         return trainjob, trainjob
 
     try:
@@ -236,8 +303,14 @@ def flag_foreign(
         return False
     if flagged is None:
         return False
-    client.warn(involved=flagged, reason=names.FOREIGN_REASON, message=violation.detail, component=component)
+    client.warn(involved=flagged, reason=names.FOREIGN_REASON, message=causes.fold(violation.detail),
+                component=component)
     return True
+
+
+def is_flagged(trainjob: Obj) -> bool:
+    annotations = (trainjob.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(names.FOREIGN_ANNOTATION) or annotations.get(causes.DROPPED_ANNOTATION))
 
 
 def record_jobset_uid(client: kube.Client, *, namespace: str, name: str, uid: str) -> detect.Violation | None:
@@ -265,36 +338,37 @@ def record_jobset_uid(client: kube.Client, *, namespace: str, name: str, uid: st
 
 @dataclasses.dataclass(frozen=True)
 class Status:
+    """What `toolkit status` shows. `execution` says which execution A, J, R,
+    epoch and attempt describe: the one running now ("current"), or, while
+    suspended, the one the next admission starts ("next": A as that
+    admission's raise will write it, J as the JobSet has it now)."""
+
     namespace: str
     name: str
     state: str  # "suspended" or "running"
-    admission: int  # A of the current execution (running) or the last one
+    execution: str  # "current" when running, "next" when suspended
+    admission: int  # A of that execution
+    restarts: int  # J of that execution (the JobSet's status.restarts; 0 without a JobSet)
+    r: int  # R = A + J of that execution
+    epoch: str | None  # its DISPATCH_EPOCH; None without the prefix or past a bound
+    attempt: str | None  # its DISPATCH_ATTEMPT; None past a bound
+    bound: str | None  # why there is no epoch or token, when R is past its bound
+    last_admission: int  # the A last written (the larger of our patch and the floor)
     floor: int | None
-    restarts: int  # J, the JobSet's status.restarts (0 without a JobSet)
-    next_or_current: str  # "next" when suspended, "current" when running
-    r: int  # R of the next or current execution
-    epoch: str | None  # DISPATCH_EPOCH of that execution (None without the prefix or past a bound)
-    attempt: str | None  # DISPATCH_ATTEMPT of that execution
+    high_water: int  # the highest R the history has recorded (0: none yet)
     jobset_uid: str | None  # the recorded JobSet UID
     jobset_uid_seen: str | None
+    jobset_uid_mismatch: bool  # a JobSet is there and its UID is not the recorded one
     foreign: bool
     foreign_cause: str | None
+    foreign_dropped: int  # causes counted but not kept (the list is bounded)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def _env_value(trainjob: Obj, key: str) -> str | None:
-    for var in ((trainjob.get("spec") or {}).get("trainer") or {}).get("env") or []:
-        if var.get("name") == key and "value" in var:
-            return str(var["value"])
-    return None
-
-
 def compute_status(trainjob: Obj, jobset: Obj | None) -> Status:
     """Pure: the status of a TrainJob from it and its JobSet."""
-    from toolkit import identity
-
     meta = trainjob["metadata"]
     annotations = meta.get("annotations") or {}
     counts = raising.counts(trainjob)
@@ -304,41 +378,237 @@ def compute_status(trainjob: Obj, jobset: Obj | None) -> Status:
     # the A in the patch (the floor equals it unless the patch was rewritten).
     admission = counts.next if suspended else (counts.patch if counts.patch is not None else counts.current)
     r = admission + restarts
-    prefix = _env_value(trainjob, names.ENV_EPOCH_PREFIX)
-    token = _env_value(trainjob, names.ENV_TOKEN_PREFIX)
-    epoch: str | None = None
-    if prefix is not None:
-        try:
-            epoch = str(identity.epoch_from_prefix(prefix=prefix, r=r))
-        except identity.BoundError:
-            epoch = None  # past a bound: the prologue would refuse to run
-    attempt = f"{token}.{admission}.{restarts}" if token else None
-    foreign = annotations.get(names.FOREIGN_ANNOTATION)
+    epoch, attempt = history.identity_of(trainjob, admission=admission, restart=restarts)
+    bound = None
+    if r >= 10**6:
+        bound = f"R {r} is not below the bound 10^6: the prologue refuses to run this execution"
+    foreign = causes.parse(annotations.get(names.FOREIGN_ANNOTATION), annotations.get(causes.DROPPED_ANNOTATION))
+    recorded = annotations.get(names.JOBSET_UID_ANNOTATION)
+    seen = ((jobset or {}).get("metadata") or {}).get("uid")
     return Status(
         namespace=meta.get("namespace", ""),
         name=meta["name"],
         state="suspended" if suspended else "running",
-        admission=admission if not suspended else counts.current,
-        floor=counts.floor,
+        execution="next" if suspended else "current",
+        admission=admission,
         restarts=restarts,
-        next_or_current="next" if suspended else "current",
         r=r,
         epoch=epoch,
         attempt=attempt,
-        jobset_uid=annotations.get(names.JOBSET_UID_ANNOTATION),
-        jobset_uid_seen=((jobset or {}).get("metadata") or {}).get("uid"),
-        foreign=bool(foreign),
-        foreign_cause=foreign or None,
+        bound=bound,
+        last_admission=counts.current,
+        floor=counts.floor,
+        high_water=history.of(trainjob).high_water,
+        jobset_uid=recorded,
+        jobset_uid_seen=seen,
+        jobset_uid_mismatch=bool(recorded and seen and recorded != seen),
+        foreign=is_flagged(trainjob),
+        foreign_cause="\n".join(foreign.kept) or None,
+        foreign_dropped=foreign.dropped,
     )
 
 
 def status(client: kube.Client, *, namespace: str, name: str) -> Status:
+    """The status, after recording the JobSet UID if it was not yet (and
+    flagging a different one), as open and release do."""
+    trainjob = _get_trainjob(client, namespace=namespace, name=name)
+    jobset = _jobset(client, namespace=namespace, name=name)
+    if marks.is_ours(trainjob) and jobset is not None:
+        recorded = (trainjob["metadata"].get("annotations") or {}).get(names.JOBSET_UID_ANNOTATION)
+        if recorded != jobset["metadata"]["uid"] and not is_flagged_with(trainjob, jobset):
+            check_jobset(client, namespace=namespace, name=name, jobset=jobset)
+            trainjob = _get_trainjob(client, namespace=namespace, name=name)
+    return compute_status(trainjob, jobset)
+
+
+def is_flagged_with(trainjob: Obj, jobset: Obj) -> bool:
+    """The JobSet's UID mismatch is already among the causes (no write needed)."""
+    annotations = trainjob["metadata"].get("annotations") or {}
+    violation = detect.jobset_uid(recorded=annotations.get(names.JOBSET_UID_ANNOTATION), seen=jobset["metadata"]["uid"])
+    kept = causes.parse(annotations.get(names.FOREIGN_ANNOTATION), None).kept
+    return violation is not None and violation.detail in kept
+
+
+# -- the execution history ----------------------------------------------
+
+
+def record_execution(client: kube.Client, *, namespace: str, name: str, observation: history.Observation,
+                     first: Obj | None = None) -> bool:
+    """Record what a pod showed of its execution (`history.observe`), in one
+    update preconditioned on the TrainJob read; nothing is written when it
+    adds nothing. True when written."""
+
+    def compute(trainjob: Obj) -> tuple[Obj | None, bool]:
+        if not marks.is_ours(trainjob):
+            return None, False
+        new = history.observe(history.of(trainjob), observation)
+        if new is None:
+            return None, False
+        annotations = trainjob["metadata"].get("annotations") or {}
+        annotations[history.HISTORY_ANNOTATION] = history.render(new)
+        trainjob["metadata"]["annotations"] = annotations
+        return trainjob, True
+
     try:
-        trainjob = client.get(paths.TRAINJOB, name=name, namespace=namespace)
+        written, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute,
+                                              first=first)
+    except kube.NotFound:
+        return False
+    return written
+
+
+@dataclasses.dataclass(frozen=True)
+class Executions:
+    """What `toolkit executions` shows: the recorded executions (oldest
+    first), the high-water mark of R, the adoptions, and the foreign causes."""
+
+    namespace: str
+    name: str
+    state: str  # "suspended" or "running"
+    history: history.History
+    foreign_causes: list[str]
+    foreign_dropped: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def executions(client: kube.Client, *, namespace: str, name: str) -> Executions:
+    """The TrainJob's execution history, as the controller recorded it."""
+    trainjob = _get_trainjob(client, namespace=namespace, name=name)
+    annotations = trainjob["metadata"].get("annotations") or {}
+    foreign = causes.parse(annotations.get(names.FOREIGN_ANNOTATION), annotations.get(causes.DROPPED_ANNOTATION))
+    return Executions(
+        namespace=namespace,
+        name=name,
+        state="suspended" if raising.is_suspended(trainjob) else "running",
+        history=history.of(trainjob),
+        foreign_causes=foreign.kept,
+        foreign_dropped=foreign.dropped,
+    )
+
+
+# -- adopt --------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Adopted:
+    namespace: str
+    name: str
+    high_water: int  # the mark the next execution's R is above
+    minimum: int  # the least A the next raise writes
+    next_r: int  # R of the next execution (with J as the JobSet has it now)
+    next_epoch: str | None
+    next_attempt: str | None
+    jobset_uid: str | None  # the JobSet UID now recorded (None: no JobSet now)
+    causes: list[str]  # the causes cleared (kept in the history)
+    held: bool  # plain mode: the running TrainJob was suspended by the adoption
+    requeued: list[str]  # Kueue mode: Workloads whose check was set Retry (Kueue evicts and re-admits)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _our_checks(client: kube.Client) -> set[str]:
+    checks, _ = client.list(paths.ADMISSION_CHECK)
+    return {c["metadata"]["name"] for c in checks if (c.get("spec") or {}).get("controllerName") == CHECK_CONTROLLER_NAME}
+
+
+def _requeue(client: kube.Client, *, namespace: str, name: str, reason: str) -> list[str]:
+    """Kueue mode: set our check Retry on the TrainJob's admitted Workloads,
+    so Kueue evicts them and the next admission goes through our check (which
+    raises A above the minimum). Preconditioned on the Workload read."""
+    ours = _our_checks(client)
+    done = []
+    workloads, _ = client.list(paths.WORKLOAD, namespace=namespace)
+    for workload in workloads:
+        if marks.owner_trainjob(workload) != name:
+            continue
+        entries = (workload.get("status") or {}).get("admissionChecks") or []
+        if not any(e.get("name") in ours and e.get("state") == "Ready" for e in entries):
+            continue
+        for entry in entries:
+            if entry.get("name") in ours:
+                entry["state"] = "Retry"
+                entry["message"] = f"adopted ({reason}): re-admit so A is raised above the high-water mark"
+                entry["lastTransitionTime"] = now()
+        try:
+            client.replace(paths.WORKLOAD, workload, subresource="status")
+        except (kube.Conflict, kube.NotFound):
+            continue  # Kueue moved it on: its next admission goes through the check anyway
+        done.append(workload["metadata"]["name"])
+    return sorted(done)
+
+
+def adopt(client: kube.Client, *, namespace: str, name: str, reason: str) -> Adopted:
+    """A person's decision after a foreign flag (see docs/adapter.md, "Adopt").
+
+    In ONE update preconditioned on the TrainJob read: the causes and the
+    reason go into the history, the flag is cleared, the current JobSet's UID
+    is recorded, and the next raise's minimum A is set so that the next
+    execution's R is above the high-water mark; a running TrainJob in plain
+    mode is suspended in the same update (its execution's R may repeat, and
+    only a raise while suspended moves A), in Kueue mode its admitted
+    Workload's check is set Retry. A Normal Event records the reason.
+
+    Refused (AdapterError, one line) unless the TrainJob is ours and flagged,
+    or when the next R would reach the bound 10^6.
+    """
+    text = " ".join(reason.split())
+    if not text:
+        raise AdapterError("--reason: empty; say what was checked and why the TrainJob may run again")
+    jobset = _jobset(client, namespace=namespace, name=name)
+    live = jobset is not None and not jobset["metadata"].get("deletionTimestamp")
+    uid = jobset["metadata"]["uid"] if live and jobset is not None else None
+    restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0) if uid else 0
+    when = now()
+
+    def compute(trainjob: Obj) -> tuple[Obj | None, tuple[Obj, Adopted]]:
+        where = f"TrainJob {namespace}/{name}"
+        if not marks.is_ours(trainjob):
+            raise AdapterError(f"{where} is not a dispatch TrainJob (no runtime patch, job-id or floor of ours): "
+                               "nothing to adopt")
+        annotations = trainjob["metadata"].get("annotations") or {}
+        if not is_flagged(trainjob):
+            raise AdapterError(f"{where} is not flagged foreign ({names.FOREIGN_ANNOTATION} absent): nothing to adopt")
+        flag = causes.parse(annotations.get(names.FOREIGN_ANNOTATION), annotations.get(causes.DROPPED_ANNOTATION))
+        try:
+            recorded, minimum = history.adopt(history.of(trainjob), time=when, reason=text, causes=flag.kept,
+                                              dropped=flag.dropped, restarts=restarts, jobset_uid=uid)
+        except history.AdoptRefused as exc:
+            raise AdapterError(f"{where}: {exc}") from None
+        counts = raising.counts(trainjob)
+        next_a = max(counts.current + 1, minimum)
+        if next_a + restarts >= 10**6:
+            raise AdapterError(f"{where}: the next R would be {next_a + restarts}; R {next_a + restarts} "
+                               "is not below the bound 10^6")
+        annotations[history.HISTORY_ANNOTATION] = history.render(recorded)
+        annotations[history.MINIMUM_ANNOTATION] = str(max(minimum, counts.minimum or 0))
+        annotations.pop(names.FOREIGN_ANNOTATION, None)
+        annotations.pop(causes.DROPPED_ANNOTATION, None)
+        if uid is not None:
+            annotations[names.JOBSET_UID_ANNOTATION] = uid
+        else:
+            annotations.pop(names.JOBSET_UID_ANNOTATION, None)  # the next JobSet is recorded when first seen
+        trainjob["metadata"]["annotations"] = annotations
+        kueue = names.KUEUE_QUEUE_LABEL in (trainjob["metadata"].get("labels") or {})
+        held = not raising.is_suspended(trainjob) and not kueue
+        if held:
+            trainjob["spec"]["suspend"] = True
+        epoch, attempt = history.identity_of(trainjob, admission=next_a, restart=restarts)
+        result = Adopted(namespace=namespace, name=name, high_water=recorded.high_water, minimum=next_a,
+                         next_r=next_a + restarts, next_epoch=epoch, next_attempt=attempt, jobset_uid=uid,
+                         causes=flag.kept, held=held, requeued=[])
+        return trainjob, (trainjob, result)
+
+    try:
+        (written, adopted), _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace,
+                                                          compute=compute)
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
-    try:
-        jobset: Obj | None = client.get(paths.JOBSET, name=name, namespace=namespace)
-    except kube.NotFound:
-        jobset = None
-    return compute_status(trainjob, jobset)
+    if names.KUEUE_QUEUE_LABEL in (written["metadata"].get("labels") or {}) and not raising.is_suspended(written):
+        adopted = dataclasses.replace(adopted, requeued=_requeue(client, namespace=namespace, name=name, reason=text))
+    message = (f"adopted: {text} (next R {adopted.next_r} above the high-water mark {adopted.high_water}; "
+               f"{len(adopted.causes)} cause(s) cleared, kept in the history)")
+    client.event(involved=written, reason=ADOPTED_REASON, message=message[:1024], component=COMPONENT)
+    return adopted

@@ -47,6 +47,8 @@ COMMANDS: dict[str, str] = {
     "hold": "toolkit.cli_cluster:hold_cmd",
     "release": "toolkit.cli_cluster:release_cmd",
     "status": "toolkit.cli_cluster:status_cmd",
+    "executions": "toolkit.cli_cluster:executions_cmd",
+    "adopt": "toolkit.cli_cluster:adopt_cmd",
     "controller": "toolkit.cli_cluster:controller_cmd",
     "cluster": "toolkit.cli_local:cluster",
 }

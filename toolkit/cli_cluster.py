@@ -1,5 +1,5 @@
-"""`toolkit start|open|hold|release|status|controller`: the adapter
-operations and the controller against a cluster.
+"""`toolkit start|open|hold|release|status|executions|adopt|controller`:
+the adapter operations and the controller against a cluster.
 
 Thin commands: parse, call `toolkit.adapter` (or the controller's `run`),
 print. A refusal (`adapter.AdapterError`, a bound, an API refusal) is one
@@ -100,6 +100,8 @@ def _raise_command(name: str, op: Callable[..., adapter.Raised], doc: str) -> cl
     def cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None) -> None:
         raised = op(_client(kubeconfig, context), namespace=namespace, name=trainjob)
         click.echo(f"trainjob {namespace}/{trainjob} running with A = {raised.admission}")
+        if raised.jobset_reset:
+            click.echo(f"warning: flagged foreign: {raised.jobset_reset}", err=True)
         if raised.conflicts:
             click.echo(f"({raised.conflicts} conflicting writes re-read and retried)", err=True)
 
@@ -141,8 +143,11 @@ def hold_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str
               help="text for people, json for machines.")
 @_refusals
 def status_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None, output: str) -> None:
-    """State, A, floor, J, R and the epoch of the next or current execution
-    of TRAINJOB, its recorded JobSet UID and whether it is flagged foreign.
+    """State of TRAINJOB, and A, J, R, epoch and attempt of one execution: the
+    current one while it runs, the next one while it is suspended (each row
+    says which). Also the floor, the high-water mark of R, the recorded JobSet
+    UID (recorded now if it was not, a different one flagged) and the foreign
+    flag with its causes.
 
     \b
     Example:
@@ -152,17 +157,20 @@ def status_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: s
     if output == "json":
         click.echo(json.dumps(st.as_dict(), sort_keys=True))
         return
+    which = f"{st.execution} execution"
     rows = [
         ("trainjob", f"{st.namespace}/{st.name}"),
         ("state", st.state),
-        ("admission (A)", str(st.admission)),
+        (f"A ({which})", str(st.admission)),
+        (f"J ({which})", str(st.restarts)),
+        (f"R ({which})", str(st.r)),
+        (f"epoch ({which})", st.epoch or (f"- ({st.bound})" if st.bound else "-")),
+        (f"attempt ({which})", st.attempt or "-"),
+        ("last A written", str(st.last_admission)),
         ("floor", "-" if st.floor is None else str(st.floor)),
-        ("restarts (J)", str(st.restarts)),
-        (f"R ({st.next_or_current} execution)", str(st.r)),
-        ("epoch", st.epoch or "-"),
-        ("attempt", st.attempt or "-"),
+        ("high-water R", str(st.high_water)),
         ("jobset uid (recorded)", st.jobset_uid or "-"),
-        ("jobset uid (seen)", st.jobset_uid_seen or "-"),
+        ("jobset uid (seen)", (st.jobset_uid_seen or "-") + (" (MISMATCH)" if st.jobset_uid_mismatch else "")),
         ("foreign", "yes" if st.foreign else "no"),
     ]
     width = max(len(k) for k, _ in rows)
@@ -171,6 +179,93 @@ def status_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: s
     if st.foreign_cause:
         for line in st.foreign_cause.split("\n"):
             click.echo(f"{'cause':<{width}}  {line}")
+    if st.foreign_dropped:
+        click.echo(f"{'cause':<{width}}  ... and {st.foreign_dropped} more not kept (the list is bounded)")
+
+
+def executions_table(ex: adapter.Executions) -> str:
+    """The history as text: one row per execution, oldest first, then the
+    high-water mark, the adoptions and the foreign causes."""
+    h = ex.history
+    header = ("A", "J", "R", "EPOCH", "ATTEMPT", "FIRST SEEN", "FIRST POD", "ENDED", "VERDICT")
+    rows = [header] + [
+        (str(e.a), str(e.j), str(e.r), e.epoch or "-", e.attempt or "-", e.first_seen, e.first_pod,
+         e.ended or "-", e.verdict)
+        for e in h.executions
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [f"trainjob {ex.namespace}/{ex.name} ({ex.state})"]
+    if h.unreadable:
+        lines.append("history: unreadable (not written by dispatch); it starts again from the next execution")
+    if h.dropped:
+        lines.append(f"({h.dropped} older execution(s) not kept)")
+    lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines.append(f"high-water R: {h.high_water}")
+    for d in h.adoptions:
+        lines.append(f"adopted {d.time}: {d.reason} (high-water R {d.high_water}, next A at least {d.minimum}; "
+                     f"{len(d.causes)} cause(s) cleared)")
+        lines += [f"  cleared: {c}" for c in d.causes]
+    if ex.foreign_causes or ex.foreign_dropped:
+        lines.append("foreign:")
+        lines += [f"  {c}" for c in ex.foreign_causes]
+        if ex.foreign_dropped:
+            lines.append(f"  ... and {ex.foreign_dropped} more not kept (the list is bounded)")
+    else:
+        lines.append("foreign: no")
+    return "\n".join(lines)
+
+
+@click.command("executions")
+@click.argument("trainjob")
+@_namespace_option
+@_cluster_options
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text for people, json for machines.")
+@_refusals
+def executions_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None, output: str) -> None:
+    """Every execution of TRAINJOB the controller recorded (A, J, R, epoch,
+    attempt, first pod, how it ended, verdict), the high-water mark of R, the
+    adoptions and the foreign causes.
+
+    \b
+    Example:
+      toolkit executions llama-ft-7 -n training
+    """
+    ex = adapter.executions(_client(kubeconfig, context), namespace=namespace, name=trainjob)
+    if output == "json":
+        click.echo(json.dumps(ex.as_dict(), sort_keys=True))
+        return
+    click.echo(executions_table(ex))
+
+
+@click.command("adopt")
+@click.argument("trainjob")
+@click.option("--reason", required=True, help="Why the TrainJob may run again (kept in its history and an Event).")
+@_namespace_option
+@_cluster_options
+@_refusals
+def adopt_cmd(trainjob: str, reason: str, namespace: str, kubeconfig: str | None, context: str | None) -> None:
+    """Clear the foreign flag of TRAINJOB after a person has judged it: the
+    causes and REASON go into its history, the current JobSet UID is recorded,
+    and the next execution's R is set above the high-water mark (a running
+    TrainJob is held in plain mode, re-queued through the check in Kueue mode).
+    Refused unless the TrainJob is ours and flagged, or past the R bound.
+
+    \b
+    Example:
+      toolkit adopt llama-ft-7 -n training --reason "JobSet deleted by hand; checkpoints verified"
+    """
+    if not reason.strip():
+        raise click.BadParameter("empty; say what was checked and why the TrainJob may run again",
+                                 param_hint="--reason")
+    done = adapter.adopt(_client(kubeconfig, context), namespace=namespace, name=trainjob, reason=reason)
+    click.echo(f"trainjob {namespace}/{trainjob} adopted: {len(done.causes)} cause(s) cleared and kept in its history")
+    epoch = f", epoch {done.next_epoch}" if done.next_epoch else ""
+    click.echo(f"next execution: A {done.minimum}, R {done.next_r}{epoch} (above the high-water R {done.high_water})")
+    if done.held:
+        click.echo(f"held: run `toolkit release {trainjob} -n {namespace}` once its pods have stopped", err=True)
+    elif done.requeued:
+        click.echo(f"re-queued through the admission check: {', '.join(done.requeued)}", err=True)
 
 
 def _controller_options(fn: Callable[..., Any]) -> Callable[..., Any]:

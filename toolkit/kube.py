@@ -378,6 +378,10 @@ class Client:
 
     def warn(self, *, involved: Obj, reason: str, message: str, component: str) -> Obj:
         """A Warning Event on `involved` (an object read from the server)."""
+        return self.event(involved=involved, reason=reason, message=message, component=component, type_="Warning")
+
+    def event(self, *, involved: Obj, reason: str, message: str, component: str, type_: str = "Normal") -> Obj:
+        """An Event of `type_` (Normal or Warning) on `involved` (an object read from the server)."""
         meta = involved["metadata"]
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
@@ -389,7 +393,7 @@ class Client:
                 "namespace": meta["namespace"],
                 "uid": meta.get("uid"),
             },
-            "type": "Warning",
+            "type": type_,
             "reason": reason,
             "message": message[:1024],
             "source": {"component": component},
