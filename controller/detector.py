@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from toolkit import adapter, detect, history, kube, marks, names, paths, raising
@@ -68,18 +69,48 @@ _CLAIMED_POD = re.compile(r"\[seen by the sidecar of pod=(\S+)")
 is_ours = marks.is_ours
 
 
+# The rules whose verdict depends on the pod still running: judged again on a
+# fresh read before a flag. The JobSet UID a pod carries never changes.
+LIVE_RULES = frozenset({"missing-admission", "invalid-admission", "invalid-restart", "below-floor", "r-repeat"})
+
+
+def exempt(pod: Obj, trainjob: Obj) -> bool:
+    """Pure: not a pod to judge (see `judge`)."""
+    if not marks.is_trainer(pod):
+        return True
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    born = (trainjob.get("metadata") or {}).get("creationTimestamp")
+    if created and born and created < born:
+        return True
+    return history.adopted(history.of(trainjob), created=created)
+
+
 def judge(pod: Obj, trainjob: Obj) -> list[detect.Violation]:
-    """Pure: the §7 violation a live trainer pod shows against its TrainJob:
-    the floor rules first, and only when they pass the repeat rule against
-    the history (a pod already below the floor needs no second line)."""
-    if not marks.is_live(pod) or not marks.is_trainer(pod):
+    """Pure: the §7 violation a trainer pod shows against its TrainJob.
+
+    - Not judged: a pod created before the TrainJob (an earlier TrainJob of
+      the same name), or at or before the last adoption (judged by a person).
+    - Any such pod, running or not: its JobSet UID label against the recorded
+      UID (a pod of another JobSet proves the JobSet was replaced).
+    - A live pod only: the floor rules, and when they pass, the repeat rule
+      against the history (a pod already below the floor needs no second line).
+    """
+    if exempt(pod, trainjob):
         return []
     meta = pod.get("metadata") or {}
     recorded = history.of(trainjob)
-    if history.adopted(recorded, created=meta.get("creationTimestamp")):
-        return []
     annotations = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
+    pod_jobset = labels.get(names.JOBSET_UID_LABEL)
+    if pod_jobset:
+        uid_rule = detect.jobset_uid(
+            recorded=((trainjob.get("metadata") or {}).get("annotations") or {}).get(names.JOBSET_UID_ANNOTATION),
+            seen=pod_jobset,
+        )
+        if uid_rule is not None:
+            return [uid_rule]
+    if not marks.is_live(pod):
+        return []
     rule = detect.pod(
         pod_name=str(meta.get("name")),
         admission=annotations.get(names.ADMISSION_ANNOTATION),
@@ -91,7 +122,7 @@ def judge(pod: Obj, trainjob: Obj) -> list[detect.Violation]:
     a = detect.parse_count(annotations.get(names.ADMISSION_ANNOTATION))
     j = detect.parse_count(labels.get(names.RESTART_LABEL))
     if a is not None and j is not None:
-        repeat = history.repeat(recorded, a=a, j=j, pod=str(meta.get("name")))
+        repeat = history.repeat(recorded, a=a, j=j, jobset_uid=pod_jobset, pod=str(meta.get("name")))
         if repeat is not None:
             return [repeat]
     return []
@@ -142,18 +173,16 @@ def confirmed(*, trainjob: Obj, pod: Obj | None, jobset: Obj | None) -> list[det
     if pod is not None and ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOBSET_NAME_LABEL) == name:
         for violation in judge(pod, trainjob):
             add(violation)
-        pod_jobset = (pod["metadata"].get("labels") or {}).get(names.JOBSET_UID_LABEL)
-        if pod_jobset and marks.is_live(pod):
-            add(detect.jobset_uid(recorded=recorded, seen=pod_jobset))
     if jobset is not None and marks.owner_trainjob(jobset) == name and not jobset["metadata"].get("deletionTimestamp"):
         add(detect.jobset_uid(recorded=recorded, seen=jobset["metadata"]["uid"]))
     return found
 
 
 class Detector:
-    def __init__(self, client: kube.Client, *, metrics: Any = None) -> None:
+    def __init__(self, client: kube.Client, *, metrics: Any = None, clock: Callable[[], str] = adapter.now) -> None:
         self.client = client
         self.metrics = metrics
+        self.clock = clock  # the time recorded in the history
 
     def _flag(self, *, namespace: str, name: str, violation: detect.Violation) -> bool:
         new = adapter.flag_foreign(
@@ -185,8 +214,9 @@ class Detector:
         return self._flag(namespace=meta["namespace"], name=name, violation=violation)
 
     def pod(self, pod: Obj) -> bool:
-        """Judge a trainer pod (from a fresh read before any flag) and record
-        its execution in the history."""
+        """Judge a trainer pod (the rules that depend on it running, from a
+        fresh read of it before any flag), record the JobSet UID it names if
+        none is recorded yet, and record its execution in the history."""
         meta = pod["metadata"]
         namespace = meta["namespace"]
         name = (meta.get("labels") or {}).get(names.JOBSET_NAME_LABEL)
@@ -195,8 +225,17 @@ class Detector:
         trainjob = self._trainjob(namespace, name)
         if trainjob is None:
             return False
+        pod_jobset = (meta.get("labels") or {}).get(names.JOBSET_UID_LABEL)
+        annotations = trainjob["metadata"].get("annotations") or {}
+        if pod_jobset and not annotations.get(names.JOBSET_UID_ANNOTATION) and not exempt(pod, trainjob):
+            # The first JobSet may be seen through its pods first (the
+            # JobSet's own event can be merged away by a quick delete and
+            # recreate, the pods' cannot: each pod is its own key): record
+            # it, so that a later JobSet is compared with it.
+            adapter.record_jobset_uid(self.client, namespace=namespace, name=name, uid=pod_jobset)
+            trainjob = self._trainjob(namespace, name) or trainjob
         found = judge(pod, trainjob)
-        if found:
+        if any(v.rule in LIVE_RULES for v in found):
             # The cache may be behind the floor just read: judge the pod as it is now.
             fresh = self._one(paths.POD, namespace=namespace, name=meta["name"])
             found = judge(fresh, trainjob) if fresh is not None else []
@@ -205,7 +244,7 @@ class Detector:
         for violation in found:
             flagged = self._flag(namespace=namespace, name=name, violation=violation) or flagged
         verdict = f"foreign: {found[0].rule}" if found else "ok"
-        observation = history.from_pod(pod, trainjob, now=adapter.now(), verdict=verdict)
+        observation = history.from_pod(pod, trainjob, now=self.clock(), verdict=verdict)
         if observation is not None:
             adapter.record_execution(self.client, namespace=namespace, name=name, observation=observation,
                                      first=None if flagged else trainjob)

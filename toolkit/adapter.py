@@ -540,7 +540,7 @@ def _requeue(client: kube.Client, *, namespace: str, name: str, reason: str) -> 
     return sorted(done)
 
 
-def adopt(client: kube.Client, *, namespace: str, name: str, reason: str) -> Adopted:
+def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock: Callable[[], str] = now) -> Adopted:
     """A person's decision after a foreign flag (see docs/adapter.md, "Adopt").
 
     In ONE update preconditioned on the TrainJob read: the causes and the
@@ -561,7 +561,7 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str) -> Ado
     live = jobset is not None and not jobset["metadata"].get("deletionTimestamp")
     uid = jobset["metadata"]["uid"] if live and jobset is not None else None
     restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0) if uid else 0
-    when = now()
+    when = clock()
 
     def compute(trainjob: Obj) -> tuple[Obj | None, tuple[Obj, Adopted]]:
         where = f"TrainJob {namespace}/{name}"

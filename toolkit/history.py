@@ -8,8 +8,11 @@ execution it sees on the TrainJob itself (annotation
 and survives any restart of the controller.
 
 What it holds:
-- one record per execution, keyed by (A, J): every pod of one execution has
-  the same A (from the pod template) and J (JobSet's restart-attempt label).
+- one record per execution, keyed by (A, J, JobSet UID): every pod of one
+  execution has the same A (from the pod template), J (JobSet's
+  restart-attempt label) and JobSet (its jobset-uid label). The UID is part
+  of the key because a reset can repeat A and J exactly: a recreated JobSet
+  starts J at 0 again under the same A.
   A record keeps A, J, R, the epoch and attempt token the prologue builds
   (none past the R bound), the first pod seen and when, when the record last
   changed, how the execution ended once known (`failed` wins over `stopped`,
@@ -72,6 +75,7 @@ class AdoptRefused(Exception):
 class Execution:
     a: int
     j: int
+    jobset_uid: str | None
     r: int
     epoch: str | None
     attempt: str | None
@@ -107,6 +111,7 @@ class History:
 class Observation:
     a: int
     j: int
+    jobset_uid: str | None
     epoch: str | None
     attempt: str | None
     pod: str
@@ -138,7 +143,7 @@ def parse(value: str | None) -> History:
     try:
         doc = json.loads(value)
         executions = tuple(
-            Execution(a=_int(e["a"]), j=_int(e["j"]), r=_int(e["r"]), epoch=_opt_str(e.get("epoch")),
+            Execution(a=_int(e["a"]), j=_int(e["j"]), jobset_uid=_opt_str(e.get("jobsetUid")), r=_int(e["r"]), epoch=_opt_str(e.get("epoch")),
                       attempt=_opt_str(e.get("attempt")), first_pod=str(e["firstPod"]),
                       first_seen=str(e["firstSeen"]), last_seen=str(e["lastSeen"]),
                       ended=_opt_str(e.get("ended")), verdict=str(e["verdict"]))
@@ -166,7 +171,7 @@ def render(history: History) -> str:
         "highWater": history.high_water,
         "dropped": history.dropped,
         "executions": [
-            {"a": e.a, "j": e.j, "r": e.r, "epoch": e.epoch, "attempt": e.attempt, "firstPod": e.first_pod,
+            {"a": e.a, "j": e.j, "jobsetUid": e.jobset_uid, "r": e.r, "epoch": e.epoch, "attempt": e.attempt, "firstPod": e.first_pod,
              "firstSeen": e.first_seen, "lastSeen": e.last_seen, "ended": e.ended, "verdict": e.verdict}
             for e in history.executions
         ],
@@ -227,7 +232,8 @@ def from_pod(pod: Obj, trainjob: Obj, *, now: str, verdict: str) -> Observation 
     if ended is None and not marks.is_live(pod):
         ended = "stopped"
     epoch, attempt = identity_of(trainjob, admission=a, restart=j)
-    return Observation(a=a, j=j, epoch=epoch, attempt=attempt, pod=str(meta.get("name")), time=now,
+    uid = (meta.get("labels") or {}).get(names.JOBSET_UID_LABEL)
+    return Observation(a=a, j=j, jobset_uid=uid, epoch=epoch, attempt=attempt, pod=str(meta.get("name")), time=now,
                        ended=ended, verdict=verdict)
 
 
@@ -239,7 +245,7 @@ def observe(history: History, obs: Observation) -> History | None:
     nothing (see the module docstring)."""
     r = obs.a + obs.j
     for i, e in enumerate(history.executions):
-        if (e.a, e.j) != (obs.a, obs.j):
+        if (e.a, e.j, e.jobset_uid) != (obs.a, obs.j, obs.jobset_uid):
             continue
         ended = obs.ended if _ENDED_RANK.get(obs.ended, 0) > _ENDED_RANK.get(e.ended, 0) else e.ended
         verdict = e.verdict if e.verdict != "ok" else obs.verdict
@@ -252,7 +258,7 @@ def observe(history: History, obs: Observation) -> History | None:
     full = len(history.executions) >= MAX_EXECUTIONS
     if full and history.executions and r < history.executions[0].r:
         return None  # a late pod of an execution already dropped
-    new = Execution(a=obs.a, j=obs.j, r=r, epoch=obs.epoch, attempt=obs.attempt, first_pod=obs.pod,
+    new = Execution(a=obs.a, j=obs.j, jobset_uid=obs.jobset_uid, r=r, epoch=obs.epoch, attempt=obs.attempt, first_pod=obs.pod,
                     first_seen=obs.time, last_seen=obs.time, ended=obs.ended, verdict=obs.verdict)
     executions = sorted((*history.executions, new), key=lambda e: (e.r, e.a))
     dropped = max(0, len(executions) - MAX_EXECUTIONS)
@@ -265,14 +271,14 @@ def observe(history: History, obs: Observation) -> History | None:
     )
 
 
-def recorded(history: History, *, a: int, j: int) -> bool:
-    return any((e.a, e.j) == (a, j) for e in history.executions)
+def recorded(history: History, *, a: int, j: int, jobset_uid: str | None) -> bool:
+    return any((e.a, e.j, e.jobset_uid) == (a, j, jobset_uid) for e in history.executions)
 
 
-def repeat(history: History, *, a: int, j: int, pod: str) -> detect.Violation | None:
+def repeat(history: History, *, a: int, j: int, jobset_uid: str | None, pod: str) -> detect.Violation | None:
     """A pod of a new execution whose R is not above the mark."""
     r = a + j
-    if recorded(history, a=a, j=j) or r > history.high_water:
+    if recorded(history, a=a, j=j, jobset_uid=jobset_uid) or r > history.high_water:
         return None
     return detect.Violation(
         "r-repeat",

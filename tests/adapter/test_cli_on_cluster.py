@@ -55,17 +55,30 @@ def test_open_open_again_hold_release_and_status_through_the_cli(control_plane, 
     assert (status.exit_code, status.stderr) == (0, "")
     # G 1, N 2 (kit's prefix 1000002), R = A + J = 2 + 0
     assert status.stdout.splitlines() == [
-        f"trainjob               {namespace}/{name}",
-        "state                  running",
-        "admission (A)          2",
-        "floor                  2",
-        "restarts (J)           0",
-        "R (current execution)  2",
-        "epoch                  1000002000002",
-        "attempt                job-1.2.0.2.0",
-        "jobset uid (recorded)  -",
-        "jobset uid (seen)      -",
-        "foreign                no",
+        f"trainjob                     {namespace}/{name}",
+        "state                        running",
+        "A (current execution)        2",
+        "J (current execution)        0",
+        "R (current execution)        2",
+        "epoch (current execution)    1000002000002",
+        "attempt (current execution)  job-1.2.0.2.0",
+        "last A written               2",
+        "floor                        2",
+        "high-water R                 0",
+        "jobset uid (recorded)        -",
+        "jobset uid (seen)            -",
+        "foreign                      no",
+    ]
+    held = toolkit("hold")
+    assert held.exit_code == 0
+    # Suspended: every row names the next execution, A included.
+    lines = toolkit("status").stdout.splitlines()
+    assert lines[2:7] == [
+        "A (next execution)        3",
+        "J (next execution)        0",
+        "R (next execution)        3",
+        "epoch (next execution)    1000002000003",
+        "attempt (next execution)  job-1.2.0.3.0",
     ]
 
 

@@ -14,7 +14,7 @@ T0 = "2026-12-04T10:00:00Z"
 
 
 def _seen(h: history.History, a: int, j: int, **kw) -> history.History:
-    obs = history.Observation(a=a, j=j, epoch=kw.pop("epoch", None), attempt=kw.pop("attempt", None),
+    obs = history.Observation(a=a, j=j, jobset_uid=kw.pop("uid", "u1"), epoch=kw.pop("epoch", None), attempt=kw.pop("attempt", None),
                               pod=kw.pop("pod", f"p-{a}-{j}"), time=kw.pop("time", T0),
                               ended=kw.pop("ended", None), verdict=kw.pop("verdict", "ok"))
     assert not kw
@@ -24,7 +24,7 @@ def _seen(h: history.History, a: int, j: int, **kw) -> history.History:
 
 def test_an_execution_is_recorded_once_with_its_identity_and_first_pod():
     h = _seen(history.History(), 1, 0, epoch="7000003000001", attempt="job.3.0.1.0", pod="tj-node-0-0-a")
-    obs = history.Observation(a=1, j=0, epoch="7000003000001", attempt="job.3.0.1.0", pod="tj-node-0-1-b",
+    obs = history.Observation(a=1, j=0, jobset_uid="u1", epoch="7000003000001", attempt="job.3.0.1.0", pod="tj-node-0-1-b",
                               time="2026-12-04T10:00:05Z", ended=None, verdict="ok")
     assert history.observe(h, obs) is None  # another rank of the same execution: nothing to write
     (e,) = h.executions
@@ -51,7 +51,7 @@ def test_the_history_keeps_the_last_executions_and_counts_the_dropped():
     assert h.dropped == 5
     assert h.high_water == history.MAX_EXECUTIONS + 5
     # a late pod of a dropped execution is not recorded again (nor counted twice)
-    assert history.observe(h, history.Observation(a=2, j=0, epoch=None, attempt=None, pod="late", time=T0,
+    assert history.observe(h, history.Observation(a=2, j=0, jobset_uid="u1", epoch=None, attempt=None, pod="late", time=T0,
                                                   ended=None, verdict="ok")) is None
 
 
@@ -69,13 +69,14 @@ def test_the_high_water_mark_is_the_highest_r_ever_seen_and_never_falls(pairs):
 
 def test_a_new_execution_at_or_below_the_mark_repeats_an_epoch():
     h = _seen(_seen(history.History(), 1, 0), 1, 3)  # R 1, then R 4
-    assert history.repeat(h, a=2, j=0, pod="p") == history.repeat(h, a=2, j=0, pod="p")
-    found = history.repeat(h, a=2, j=0, pod="p")
+    found = history.repeat(h, a=2, j=0, jobset_uid="u1", pod="p")
     assert found is not None and found.rule == "r-repeat"
     assert found.detail == ("pod p runs A=2 J=0, R 2, not above the highest R 4 of an earlier execution: "
                             "its epoch repeats or goes back")
-    assert history.repeat(h, a=4, j=1, pod="p") is None  # R 5: above
-    assert history.repeat(h, a=1, j=3, pod="p") is None  # the recorded execution itself
+    assert history.repeat(h, a=4, j=1, jobset_uid="u1", pod="p") is None  # R 5: above
+    assert history.repeat(h, a=1, j=3, jobset_uid="u1", pod="p") is None  # the recorded execution itself
+    # the same A and J under a recreated JobSet is a new execution, and repeats
+    assert history.repeat(h, a=1, j=3, jobset_uid="u2", pod="p").rule == "r-repeat"
 
 
 def test_an_unreadable_history_reads_as_empty_and_says_so():
@@ -122,7 +123,8 @@ def test_a_pod_created_by_the_last_adoption_was_judged_by_its_person():
 
 
 def _pod(a: str | None, j: str, *, phase: str = "Running", deleting: bool = False) -> dict:
-    meta = {"name": "tj-node-0-0-x", "labels": {names.RESTART_LABEL: j}, "annotations": {},
+    meta = {"name": "tj-node-0-0-x", "labels": {names.RESTART_LABEL: j, names.JOBSET_UID_LABEL: "u1"},
+            "annotations": {},
             "creationTimestamp": T0}
     if a is not None:
         meta["annotations"][names.ADMISSION_ANNOTATION] = a
@@ -139,7 +141,8 @@ def _trainjob(prefix: str = "7000003") -> dict:
 def test_an_observation_of_a_pod_carries_its_identity_and_how_it_ended():
     obs = history.from_pod(_pod("2", "1", phase="Failed"), _trainjob(), now=T0, verdict="ok")
     assert obs is not None
-    assert (obs.a, obs.j, obs.epoch, obs.attempt, obs.ended) == (2, 1, "7000003000003", "job.3.0.2.1", "failed")
+    assert (obs.a, obs.j, obs.jobset_uid, obs.epoch, obs.attempt, obs.ended) == (
+        2, 1, "u1", "7000003000003", "job.3.0.2.1", "failed")
     assert history.from_pod(_pod("2", "1", deleting=True), _trainjob(), now=T0, verdict="ok").ended == "stopped"
     assert history.from_pod(_pod(None, "1"), _trainjob(), now=T0, verdict="ok") is None
     assert history.from_pod(_pod("0", "0"), _trainjob(), now=T0, verdict="ok") is None  # the prologue refuses A = 0

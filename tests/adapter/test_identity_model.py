@@ -1,49 +1,84 @@
-"""A model test of the identity (seed 000, DESIGN.md §2, §6, §7).
+"""A model test of the identity (seed 000, DESIGN.md §2, §6, §7) and of the
+way back from a foreign flag (`adopt`).
 
 A hypothesis state machine drives one TrainJob through the events that end
 one execution and begin another (JobSet restart, preemption and
-re-admission, hold and release) and the ones that reset a counter from
-outside (patch rewritten or deleted, JobSet deleted and recreated), plus a
-raise that races another. The property, over every trace:
+re-admission, hold and release), the ones that reset a counter from outside
+(patch rewritten or deleted, JobSet deleted and recreated), a raise that
+races another, and a person's `adopt` after a flag.
+
+Detection is late, as late as it really can be. The sidecar's first check
+runs before the trainer starts (its startupProbe), but it only reports: the
+flag is written by the controller when it gets to the report, to the pod or
+to the JobSet, which can be any time after the execution started, while it
+runs or after it ended. So the controller's work is queued when its cause
+appears and done at an arbitrary later step (`detector_catches_up`), with
+what its work queue would hand it then: each pod's latest version (a pod
+whose execution is over has ended: it is recorded in the history and its
+JobSet UID label is compared, but it is not flagged by the floor or repeat
+rules, which need a fresh read to show it running), and the JobSet's latest
+version (a quick delete and recreate merges into one item, so the first
+JobSet's own event may never be seen). Pods are handled in the order they
+appeared, JobSets too; the two kinds interleave in any order.
+
+The property, over every trace, once detection has caught up:
 
     each execution's R is greater than every earlier execution's R,
-    or the TrainJob was flagged foreign before that execution ran.
+    or the TrainJob was flagged foreign at some moment between that
+    execution's start and now (before it ran, while it ran, or after).
+
+A flag counts only while it stands: an adoption clears it, so an execution
+that starts after an adoption needs a flag raised after it. Hence, for adopt:
+after any trace, an adopt followed by any further events never yields an R
+at or below one already seen, unless a new reset was flagged. The model's
+person adopts only once the controller has caught up (its history is what
+adopt reads; docs/adapter.md says what bounds R when it has not).
 
 It runs on the pure core, not the apiserver: the store below is an
 in-memory stand-in that keeps only what the property depends on, the
 resourceVersion precondition of an update (a stale write is refused with
 kube.Conflict). Everything else is the real code: `adapter.raise_admission`
-with `kube.Client.read_modify_write` (the 409 loop), `raising.raised`, and
-the detection rules `detect.pod` / `detect.jobset_uid` through
-`controller.detector.pod_violation`. A pod's container "runs" only when the
-prologue would accept it (A present and >= 1), and the checks on a pod
-happen at its start, as the native sidecar does before the trainer starts.
+with `kube.Client.read_modify_write` (the 409 loop), `raising.raised`,
+`adapter.adopt`, and the controller's own handlers `Detector.pod` and
+`Detector.jobset` (the detection rules, the fresh re-read, the history).
 """
 
 from __future__ import annotations
 
 import copy
 import uuid
+from collections.abc import Callable
 
 import hypothesis
 import hypothesis.stateful as stateful
 import hypothesis.strategies as st
 
 from controller import detector
-from toolkit import adapter, detect, kube, names, paths, raising
+from toolkit import adapter, detect, history, kube, names, paths, raising
 
 
 class Store(kube.Client):
-    """One TrainJob behind resourceVersion preconditions; I/O only."""
+    """One TrainJob behind resourceVersion preconditions, and its JobSet; I/O only."""
 
     def __init__(self, trainjob: dict) -> None:
         # No transport: every call it serves is overridden below (read_modify_write uses get and replace).
         self.obj = trainjob
         self.rv = 1
         self.obj["metadata"]["resourceVersion"] = "1"
-        self.before_write = None  # a hook to slip a racing writer in
+        self.before_write: Callable[[], object] | None = None  # a hook to slip a racing writer in
+        self.jobset: dict | None = None
+        self.pods: dict[str, dict] = {}  # by name, as the apiserver holds them now
+
+    def list(self, res, *, namespace=None, label_selector=None, field_selector=None):
+        assert res == paths.POD and field_selector and field_selector.startswith("metadata.name=")
+        pod = self.pods.get(field_selector.split("=", 1)[1])
+        return ([copy.deepcopy(pod)] if pod is not None else []), "1"
 
     def get(self, res, *, name, namespace=None):
+        if res == paths.JOBSET:
+            if self.jobset is None:
+                raise kube.NotFound(404, "NotFound", "no JobSet")
+            return copy.deepcopy(self.jobset)
         return copy.deepcopy(self.obj)
 
     def replace(self, res, obj, *, subresource=None):
@@ -57,24 +92,38 @@ class Store(kube.Client):
         self.obj["metadata"]["resourceVersion"] = str(self.rv)
         return copy.deepcopy(self.obj)
 
+    def event(self, **kw):
+        return {}
+
 
 class Identity(stateful.RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         tj = {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
             "metadata": {"name": "tj", "namespace": "ns", "annotations": {}},
             "spec": {"suspend": True, "runtimePatches": [raising.patch_entry(0)]},
         }
         self.store = Store(tj)
-        self.jobset_uid: str | None = None
-        self.restarts = 0
         self.running = False
         self.raised_since_suspend = False
-        self.flagged = False
-        self.executions: list[tuple[int, bool]] = []  # (R, flagged before it ran)
+        self.step = 0
+        # every execution that ran: its R and the step it started
+        self.executions: list[dict] = []
+        # the flag's standing intervals: [raised at, cleared at (None: stands)]
+        self.flags: list[list[int | None]] = []
+        # the controller's work, queued when its cause appears
+        self.pod_events: list[str] = []
+        self.jobset_events: list[None] = []
+        self.detector = detector.Detector(self.store, clock=self._now)
         self.conflicts = 0
 
     # -- helpers: what Trainer/JobSet/the controller would do --------
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.flags) and self.flags[-1][1] is None
 
     def _write(self, mutate) -> None:
         def compute(obj):
@@ -83,41 +132,106 @@ class Identity(stateful.RuleBasedStateMachine):
 
         self.store.read_modify_write(paths.TRAINJOB, name="tj", namespace="ns", compute=compute)
 
-    def _observe_jobset(self) -> None:
-        # the controller's detector: record the first UID, flag a new one
-        recorded = self.store.obj["metadata"]["annotations"].get(names.JOBSET_UID_ANNOTATION)
-        if recorded is None:
-            self._write(lambda o: o["metadata"]["annotations"].__setitem__(names.JOBSET_UID_ANNOTATION, self.jobset_uid))
-        elif detect.jobset_uid(recorded=recorded, seen=self.jobset_uid) is not None:
-            self.flagged = True
+    def _now(self) -> str:
+        return f"2026-12-04T{10 + self.step // 3600:02d}:{self.step // 60 % 60:02d}:{self.step % 60:02d}Z"
+
+    def _new_jobset(self) -> None:
+        self.store.jobset = {
+            "metadata": {"name": "tj", "namespace": "ns", "uid": uuid.uuid4().hex,
+                         "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                              "name": "tj"}]},
+            "status": {"restarts": 0},
+        }
+        self.jobset_events.append(None)
+
+    def _seen(self) -> None:
+        """The flag as the object holds it, as intervals of standing."""
+        if adapter.is_flagged(self.store.obj) and not self.flagged:
+            self.flags.append([self.step, None])
+
+    def _jobset_pass(self) -> None:
+        """The controller's JobSet handler, on the JobSet's latest version."""
+        self.jobset_events.pop(0)
+        self.detector.jobset(copy.deepcopy(self.store.jobset))
+        self._seen()
+
+    def _pod_pass(self) -> None:
+        """The controller's pod handler, on the pod's latest version."""
+        name = self.pod_events.pop(0)
+        self.detector.pod(copy.deepcopy(self.store.pods[name]))
+        self._seen()
+
+    def _end_pods(self) -> None:
+        for pod in self.store.pods.values():
+            if pod["status"]["phase"] == "Running":
+                pod["status"]["phase"] = "Failed"
 
     def _start_execution(self) -> None:
         """Pods of the trainer job start from the current patch."""
-        if self.jobset_uid is None:
-            self.jobset_uid = uuid.uuid4().hex
-            self._observe_jobset()
+        if self.store.jobset is None:
+            self._new_jobset()
+        self._end_pods()  # one execution at a time: the previous one's pods have ended
         tj = self.store.get(paths.TRAINJOB, name="tj")
         a = raising.patch_admission(tj)
-        pod = {
+        restarts = self.store.jobset["status"]["restarts"]
+        name = f"tj-node-0-0-{self.step}"
+        self.store.pods[name] = {
             "metadata": {
-                "name": "tj-node-0-0",
-                "labels": {detector.REPLICATED_JOB_LABEL: names.TRAINER_REPLICATED_JOB, names.RESTART_LABEL: str(self.restarts)},
+                "name": name,
+                "namespace": "ns",
+                "labels": {detector.REPLICATED_JOB_LABEL: names.TRAINER_REPLICATED_JOB,
+                           names.JOBSET_NAME_LABEL: "tj",
+                           names.JOBSET_UID_LABEL: self.store.jobset["metadata"]["uid"],
+                           names.RESTART_LABEL: str(restarts)},
                 "annotations": {} if a is None else {names.ADMISSION_ANNOTATION: str(a)},
+                "creationTimestamp": self._now(),
             },
-            "status": {"phase": "Pending"},
+            "status": {"phase": "Running"},
         }
-        if detector.pod_violation(pod, tj) is not None:
-            self.flagged = True
+        self.pod_events.append(name)
         if a is None or a == 0:
             return  # the prologue refuses: nothing runs
-        r = a + self.restarts
-        self.executions.append((r, self.flagged))
+        self.executions.append({"r": a + restarts, "start": self.step})
 
     def _raise(self, *, unsuspend: bool = False) -> None:
         raised = adapter.raise_admission(self.store, namespace="ns", name="tj", unsuspend=unsuspend)
         self.conflicts += raised.conflicts
 
+    def _stop(self) -> None:
+        self._write(lambda o: o["spec"].__setitem__("suspend", True))
+        self.running = False
+        self.raised_since_suspend = False
+        self._end_pods()
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.pod_events or self.jobset_events)
+
+    def _catch_up(self) -> None:
+        while self.jobset_events or self.pod_events:
+            self._pod_pass() if self.pod_events else self._jobset_pass()
+
     # -- events ---------------------------------------------------------
+
+    def teardown(self) -> None:
+        """Once detection has caught up, the property holds for every execution."""
+        self._catch_up()
+        self.step += 1
+        self._check(every=True)
+
+    @stateful.rule()
+    def time_passes(self) -> None:
+        self.step += 1
+
+    @stateful.precondition(lambda self: bool(self.pod_events))
+    @stateful.rule()
+    def controller_handles_a_pod(self) -> None:
+        self._pod_pass()
+
+    @stateful.precondition(lambda self: bool(self.jobset_events))
+    @stateful.rule()
+    def controller_handles_the_jobset(self) -> None:
+        self._jobset_pass()
 
     @stateful.precondition(lambda self: not self.running)
     @stateful.rule()
@@ -142,14 +256,12 @@ class Identity(stateful.RuleBasedStateMachine):
     @stateful.precondition(lambda self: self.running)
     @stateful.rule()
     def preempt_or_hold(self) -> None:
-        self._write(lambda o: o["spec"].__setitem__("suspend", True))
-        self.running = False
-        self.raised_since_suspend = False
+        self._stop()
 
     @stateful.precondition(lambda self: self.running)
     @stateful.rule()
     def jobset_restarts(self) -> None:
-        self.restarts += 1
+        self.store.jobset["status"]["restarts"] += 1
         self._start_execution()
 
     @stateful.precondition(lambda self: not self.running)
@@ -157,10 +269,10 @@ class Identity(stateful.RuleBasedStateMachine):
     def racing_raise(self) -> None:
         """Another raiser lands between our read and our write: our write
         is refused and recomputed from a fresh read, never re-sent."""
-        before = raising.counts(self.store.obj).current
+        before = raising.counts(self.store.obj).next
         self.store.before_write = lambda: adapter.raise_admission(self.store, namespace="ns", name="tj")
         self._raise()
-        assert raising.counts(self.store.obj).current == before + 2
+        assert raising.counts(self.store.obj).current == before + 1
         self.raised_since_suspend = True
 
     @stateful.precondition(lambda self: not self.running)
@@ -173,40 +285,87 @@ class Identity(stateful.RuleBasedStateMachine):
     def patch_deleted(self) -> None:
         self._write(lambda o: o["spec"].__setitem__("runtimePatches", []))
 
-    @stateful.precondition(lambda self: self.jobset_uid is not None)
+    @stateful.precondition(lambda self: self.store.jobset is not None)
     @stateful.rule()
     def jobset_deleted_and_recreated(self) -> None:
-        self.jobset_uid = uuid.uuid4().hex
-        self.restarts = 0
-        self._observe_jobset()
+        self._new_jobset()
         if self.running:
             self._start_execution()
 
+    @stateful.precondition(lambda self: self.flagged)
+    @stateful.rule()
+    def a_person_adopts(self) -> None:
+        self._catch_up()
+        done = adapter.adopt(self.store, namespace="ns", name="tj", reason="checked by a person", clock=self._now)
+        self.flags[-1][1] = self.step
+        assert not adapter.is_flagged(self.store.obj)
+        if done.held:
+            self.running = False
+            self.raised_since_suspend = False
+            self._end_pods()
+        seen = max((e["r"] for e in self.executions), default=0)
+        assert done.next_r > seen, f"adopt's next R {done.next_r} is not above the R {seen} already seen"
+
     # -- the property ---------------------------------------------------
 
-    @stateful.invariant()
-    def r_only_increases_unless_flagged(self) -> None:
+    def _covered(self, start: int) -> bool:
+        return any(raised <= self.step and (cleared is None or cleared > start) for raised, cleared in self.flags)
+
+    def _check(self, *, every: bool) -> None:
         highest = 0
-        for r, flagged_before in self.executions:
-            assert r > highest or flagged_before, f"R {r} repeated without a flag: {self.executions}"
-            highest = max(highest, r)
+        for e in self.executions:
+            assert e["r"] > highest or self._covered(e["start"]) or (not every and self.pending), (
+                f"R {e['r']} repeated without a flag: {self.executions}, flags {self.flags}")
+            highest = max(highest, e["r"])
+
+    @stateful.invariant()
+    def r_only_increases_unless_flagged_once_detection_caught_up(self) -> None:
+        self.step += 1
+        self._check(every=False)
 
 
 Identity.TestCase.settings = hypothesis.settings(max_examples=100, stateful_step_count=30, deadline=None)
 TestIdentity = Identity.TestCase
 
 
+def _fails(monkeypatch_target: Callable[[], None]) -> str:
+    monkeypatch_target()
+    try:
+        stateful.run_state_machine_as_test(
+            # No shrinking: the test needs a failure, not the smallest one.
+            Identity, settings=hypothesis.settings(max_examples=300, stateful_step_count=30, deadline=None,
+                                                   database=None, report_multiple_bugs=False,
+                                                   phases=[hypothesis.Phase.generate])
+        )
+    except AssertionError as exc:
+        return str(exc)
+    except ExceptionGroup as group:  # hypothesis found several distinct failures
+        return "\n".join(str(exc) for exc in group.exceptions)
+    raise AssertionError("the model accepted a broken build")
+
+
 def test_the_model_can_fail_without_the_floor(monkeypatch):
     """The property is not vacuous: with the floor ignored, a rewritten patch
     repeats an R with no flag, and the machine finds it."""
     original = raising.counts
-    monkeypatch.setattr(raising, "counts", lambda tj: raising.Counts(patch=original(tj).patch, floor=None))
-    monkeypatch.setattr(detect, "pod", lambda **kw: None)
-    try:
-        stateful.run_state_machine_as_test(
-            Identity, settings=hypothesis.settings(max_examples=100, stateful_step_count=30, deadline=None, database=None)
-        )
-    except AssertionError as exc:
-        assert "repeated without a flag" in str(exc) or "floor" in str(exc)
-    else:
-        raise AssertionError("the model accepted a build without the floor")
+
+    def without_floor() -> None:
+        monkeypatch.setattr(raising, "counts", lambda tj: raising.Counts(patch=original(tj).patch, floor=None))
+        monkeypatch.setattr(detect, "pod", lambda **kw: None)
+        monkeypatch.setattr(history, "repeat", lambda h, **kw: None)
+
+    assert "repeated without a flag" in _fails(without_floor)
+
+
+def test_the_model_can_fail_when_an_adoption_ignores_the_high_water_mark(monkeypatch):
+    """The adopt property is not vacuous: an adoption that sets no minimum
+    lets the next execution repeat an R (the JobSet was reset, J is back at
+    0), with the flag already cleared, and the machine finds it."""
+    original = history.adopt
+
+    def no_minimum() -> None:
+        monkeypatch.setattr(history, "adopt", lambda h, **kw: (original(h, **kw)[0], 1))
+        monkeypatch.setattr(history, "repeat", lambda h, **kw: None)
+
+    message = _fails(no_minimum)
+    assert "repeated without a flag" in message or "is not above the R" in message

@@ -118,8 +118,12 @@ def test_status_reports_a_floor_j_r_epoch_and_the_foreign_cause(client, namespac
     js = kit.create_jobset(client, tj)
     kit.set_restarts(client, js, 2)
     st = adapter.status(client, namespace=namespace, name=name)
-    assert (st.state, st.admission, st.floor, st.restarts, st.r) == ("suspended", 0, None, 2, 3)
+    # suspended: A, J, R and epoch are the next execution's (A 1 after the raise)
+    assert (st.state, st.execution, st.admission, st.last_admission, st.floor, st.restarts, st.r) == (
+        "suspended", "next", 1, 0, None, 2, 3)
     assert st.epoch == "1000002000003"
+    # status recorded the JobSet's UID, as open and release do
+    assert kit.annotations(client, namespace, name)[names.JOBSET_UID_ANNOTATION] == js["metadata"]["uid"]
     adapter.open_(client, namespace=namespace, name=name)
     st = adapter.status(client, namespace=namespace, name=name)
     assert (st.state, st.admission, st.floor, st.r, st.attempt) == ("running", 1, 1, 3, "job-1.2.0.1.2")

@@ -180,3 +180,27 @@ def test_a_trainjob_that_is_not_ours_is_not_judged(admin, namespace, start_contr
     kit.create_pod(admin, namespace=namespace, trainjob=marker["metadata"]["name"], admission=None)
     wait_until(lambda: _foreign(admin, namespace, marker["metadata"]["name"]), what="marker flagged")
     assert kit.annotations(admin, namespace, "stranger") == {}
+
+
+def test_a_stale_cached_pod_seen_across_a_raise_flags_nothing_while_a_real_one_is_flagged(admin, namespace):
+    """The informer's copy of a pod can be older than the floor read for it:
+    the previous execution's pod, replayed as it was while it ran, after the
+    hold stopped it and the release raised the floor. The detector judges
+    the pod as a fresh read shows it (here: gone), so no flag; a pod that
+    really runs below the floor is still flagged."""
+    from controller import detector
+
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    adapter.open_(admin, namespace=namespace, name=name)  # floor 1
+    old = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1")
+    adapter.hold(admin, namespace=namespace, name=name)
+    admin.delete(paths.POD, name=old["metadata"]["name"], namespace=namespace, body={"gracePeriodSeconds": 0})
+    adapter.release(admin, namespace=namespace, name=name)  # floor 2
+    watcher = detector.Detector(admin)
+    assert watcher.pod(old) is False  # the old version, replayed late
+    assert _foreign(admin, namespace, name) is None
+    real = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1")
+    assert watcher.pod(real) is True
+    assert _foreign(admin, namespace, name) == (
+        f"pod {real['metadata']['name']} has admission 1, below the floor 2: A may have been lowered")
