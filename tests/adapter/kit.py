@@ -117,9 +117,11 @@ def create_pod(
     admission: str | None,
     restart: str = "0",
     replicated_job: str = names.TRAINER_REPLICATED_JOB,
+    jobset_uid: str | None = None,
 ) -> Obj:
     """A pod as JobSet would create it from the patched template."""
     annotations = {} if admission is None else {names.ADMISSION_ANNOTATION: admission}
+    extra = {} if jobset_uid is None else {names.JOBSET_UID_LABEL: jobset_uid}
     body = {
         "metadata": {
             "name": f"{trainjob}-{replicated_job}-0-0-{uuid.uuid4().hex[:5]}",
@@ -127,6 +129,7 @@ def create_pod(
                 names.JOBSET_NAME_LABEL: trainjob,
                 names.RESTART_LABEL: restart,
                 "jobset.sigs.k8s.io/replicatedjob-name": replicated_job,
+                **extra,
             },
             "annotations": annotations,
         },
@@ -156,3 +159,13 @@ def wait_for(fn: Any, *, timeout: float = 15.0, interval: float = 0.02, what: st
 
 def annotations(client: kube.Client, namespace: str, name: str) -> dict[str, str]:
     return client.get(paths.TRAINJOB, name=name, namespace=namespace)["metadata"].get("annotations") or {}
+
+
+def set_phase(client: kube.Client, *, namespace: str, pod: str, phase: str) -> None:
+    """As the kubelet reports a container's end."""
+    client.merge_patch(paths.POD, {"status": {"phase": phase}}, name=pod, namespace=namespace, subresource="status")
+
+
+def delete_pod(client: kube.Client, *, namespace: str, pod: str) -> None:
+    """As the Job controller removes a held or restarted execution's pod (no kubelet: at once)."""
+    client.delete(paths.POD, name=pod, namespace=namespace, body={"gracePeriodSeconds": 0}, missing_ok=True)

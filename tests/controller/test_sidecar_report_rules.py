@@ -47,11 +47,20 @@ def test_each_rule_is_confirmed_from_the_controllers_own_objects():
     assert [v.rule for v in detector.confirmed(trainjob=bad_floor, pod=None, jobset=None)] == ["invalid-floor"]
 
 
-def test_another_trainjobs_pod_or_jobset_and_finished_pods_prove_nothing():
+def test_another_trainjobs_pod_or_jobset_and_a_finished_pods_admission_prove_nothing():
     assert detector.confirmed(trainjob=TRAINJOB, pod=_pod(trainjob="other", admission=None), jobset=None) == []
     assert detector.confirmed(trainjob=TRAINJOB, pod=None, jobset=_jobset("js-9", owner="other")) == []
-    done = _pod(admission="1", jobset_uid="js-0", phase="Succeeded")
+    done = _pod(admission="1", jobset_uid="js-1", phase="Succeeded")
     assert detector.confirmed(trainjob=TRAINJOB, pod=done, jobset=None) == []
+
+
+def test_a_finished_pod_of_another_jobset_still_proves_the_jobset_was_replaced():
+    """A pod's JobSet UID label never changes: a pod of another JobSet, even
+    one that has ended, shows a second JobSet under this TrainJob (the first
+    one's own event can be merged away by a quick delete and recreate)."""
+    done = _pod(admission="3", jobset_uid="js-0", phase="Succeeded")
+    assert detector.confirmed(trainjob=TRAINJOB, pod=done, jobset=None) == [
+        detect.jobset_uid(recorded="js-1", seen="js-0")]
 
 
 def test_the_claim_is_read_as_the_sidecar_words_it_and_kept_on_one_bounded_line():

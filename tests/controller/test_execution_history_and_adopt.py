@@ -1,0 +1,179 @@
+"""The execution history the controller keeps on the TrainJob, `toolkit
+executions` and `toolkit adopt`, on the real apiserver with the controller as
+a real process under its shipped RBAC (the test plays Trainer, JobSet and the
+kubelet: it writes the JobSet, the pods and their phases).
+
+The story: an execution, a rank failure (JobSet restart), the controller
+killed and restarted, a hold and a release, a JobSet deleted by hand; then a
+person adopts, and the next execution's epoch is above every earlier one."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+from click.testing import CliRunner
+
+from tests.adapter import kit
+from tests.controller.conftest import wait_until
+from toolkit import adapter, cli, detect, history, names, paths, raising
+
+pytestmark = pytest.mark.cluster
+
+
+def _rows(admin, namespace, name):
+    h = history.of(admin.get(paths.TRAINJOB, name=name, namespace=namespace))
+    return [(e.a, e.j, e.r, e.ended, e.verdict) for e in h.executions]
+
+
+def _foreign(admin, namespace, name):
+    return kit.annotations(admin, namespace, name).get(names.FOREIGN_ANNOTATION)
+
+
+def _toolkit(control_plane, *args):
+    env = {"KUBECONFIG": control_plane.kubeconfig}
+    return CliRunner().invoke(cli.root, list(args), env=env, prog_name="toolkit")
+
+
+def test_the_history_follows_the_story_survives_a_controller_restart_and_adopt_restores_increasing_epochs(
+        control_plane, admin, namespace, start_controller):
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    js = kit.create_jobset(admin, tj)
+    uid = js["metadata"]["uid"]
+    adapter.open_(admin, namespace=namespace, name=name)  # A 1
+    ctl = start_controller()
+    p1 = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", jobset_uid=uid)["metadata"]["name"]
+    wait_until(lambda: _rows(admin, namespace, name) == [(1, 0, 1, None, "ok")], what="first execution")
+    # a rank fails: JobSet restarts (J 1)
+    kit.set_phase(admin, namespace=namespace, pod=p1, phase="Failed")
+    wait_until(lambda: _rows(admin, namespace, name) == [(1, 0, 1, "failed", "ok")], what="how it ended")
+    kit.set_restarts(admin, admin.get(paths.JOBSET, name=name, namespace=namespace), 1)
+    p2 = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", restart="1",
+                        jobset_uid=uid)["metadata"]["name"]
+    wait_until(lambda: len(_rows(admin, namespace, name)) == 2, what="second execution")
+    # the controller dies mid-story; a new one carries on from what is on the TrainJob
+    assert ctl.stop(signal.SIGKILL) != 0
+    start_controller()
+    adapter.hold(admin, namespace=namespace, name=name)
+    kit.delete_pod(admin, namespace=namespace, pod=p2)
+    adapter.release(admin, namespace=namespace, name=name)  # A 2
+    p3 = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="2", restart="1",
+                        jobset_uid=uid)["metadata"]["name"]
+    wait_until(lambda: [r[:3] for r in _rows(admin, namespace, name)] == [(1, 0, 1), (1, 1, 2), (2, 1, 3)],
+               what="three executions")
+    assert history.of(admin.get(paths.TRAINJOB, name=name, namespace=namespace)).high_water == 3
+    assert _foreign(admin, namespace, name) is None
+    # the JobSet is deleted by hand; Trainer builds a new one with J 0: R 2 repeats
+    admin.delete(paths.JOBSET, name=name, namespace=namespace)
+    js2 = kit.create_jobset(admin, tj)
+    p4 = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="2",
+                        jobset_uid=js2["metadata"]["uid"])["metadata"]["name"]
+    wait_until(lambda: _foreign(admin, namespace, name), what="the flag")
+    flagged = wait_until(lambda: (rows := _rows(admin, namespace, name)) and len(rows) == 4 and rows, what="4 rows")
+    # ordered by R: the repeat sits beside the R it repeats
+    assert [row[:3] for row in flagged] == [(1, 0, 1), (1, 1, 2), (2, 0, 2), (2, 1, 3)]
+    assert flagged[2][4].startswith("foreign: ")
+
+    shown = _toolkit(control_plane, "executions", name, "-n", namespace, "-o", "json")
+    assert shown.exit_code == 0, shown.output
+    doc = json.loads(shown.stdout)
+    assert [(e["a"], e["j"], e["r"]) for e in doc["history"]["executions"]] == [(1, 0, 1), (1, 1, 2), (2, 0, 2), (2, 1, 3)]
+    assert doc["history"]["high_water"] == 3 and doc["foreign_causes"]
+    text = _toolkit(control_plane, "executions", name, "-n", namespace)
+    assert text.exit_code == 0 and "high-water R: 3" in text.stdout and "foreign:" in text.stdout
+    assert "1000002000003" in text.stdout  # the epoch of R 3 (kit's prefix)
+
+    causes = _foreign(admin, namespace, name).split("\n")
+    adopted = _toolkit(control_plane, "adopt", name, "-n", namespace, "--reason", "JobSet deleted by hand; checked")
+    assert adopted.exit_code == 0, adopted.output
+    assert "next execution: A 4, R 4, epoch 1000002000004 (above the high-water R 3)" in adopted.stdout
+    after = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
+    assert names.FOREIGN_ANNOTATION not in after["metadata"]["annotations"]
+    assert after["metadata"]["annotations"][names.JOBSET_UID_ANNOTATION] == js2["metadata"]["uid"]
+    assert after["spec"]["suspend"] is True  # plain mode: held, so that the next execution is raised
+    (record,) = history.of(after).adoptions
+    assert (record.reason, record.causes, record.high_water) == ("JobSet deleted by hand; checked", causes, 3)
+    events, _ = admin.list(paths.EVENT, namespace=namespace, field_selector=f"reason={adapter.ADOPTED_REASON}")
+    assert [e["type"] for e in events if e["involvedObject"]["name"] == name] == ["Normal"]
+
+    # the held execution's pods go; the release is raised above the mark
+    for pod in (p3, p4):
+        kit.delete_pod(admin, namespace=namespace, pod=pod)
+    assert adapter.release(admin, namespace=namespace, name=name).admission == 4
+    kit.create_pod(admin, namespace=namespace, trainjob=name, admission="4", jobset_uid=js2["metadata"]["uid"])
+    wait_until(lambda: (4, 0, 4, None, "ok") in _rows(admin, namespace, name), what="the adopted execution")
+    assert _foreign(admin, namespace, name) is None
+    h = history.of(admin.get(paths.TRAINJOB, name=name, namespace=namespace))
+    assert h.high_water == 4 and max(e.r for e in h.executions if (e.a, e.j) != (4, 0)) < 4
+
+    refused = _toolkit(control_plane, "adopt", name, "-n", namespace, "--reason", "again")
+    assert (refused.exit_code, refused.stdout) == (1, "")
+    assert refused.stderr == (f"toolkit adopt: TrainJob {namespace}/{name} is not flagged foreign "
+                              f"({names.FOREIGN_ANNOTATION} absent): nothing to adopt\n")
+
+
+def test_adopt_after_a_rewritten_patch_raises_the_next_execution_above_the_mark(admin, namespace, start_controller):
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    uid = kit.create_jobset(admin, tj)["metadata"]["uid"]
+    adapter.open_(admin, namespace=namespace, name=name)  # A 1
+    start_controller()
+    p1 = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", jobset_uid=uid)["metadata"]["name"]
+    adapter.hold(admin, namespace=namespace, name=name)
+    kit.delete_pod(admin, namespace=namespace, pod=p1)
+    adapter.release(admin, namespace=namespace, name=name)  # A 2
+    p2 = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="2", jobset_uid=uid)["metadata"]["name"]
+    wait_until(lambda: history.of(admin.get(paths.TRAINJOB, name=name, namespace=namespace)).high_water == 2,
+               what="mark 2")
+    adapter.hold(admin, namespace=namespace, name=name)
+    kit.delete_pod(admin, namespace=namespace, pod=p2)
+
+    # someone rewrites our patch to A 1 and unsuspends by hand: R 1 repeats
+    def rewrite(obj):
+        obj["spec"]["runtimePatches"] = [raising.patch_entry(1)]
+        obj["spec"]["suspend"] = False
+        return obj, None
+
+    admin.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=rewrite)
+    p3 = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", jobset_uid=uid)["metadata"]["name"]
+    assert "below the floor 2" in wait_until(lambda: _foreign(admin, namespace, name), what="flag")
+    done = adapter.adopt(admin, namespace=namespace, name=name, reason="patch rewritten by a script; fixed")
+    assert (done.held, done.high_water, done.minimum, done.next_r) == (True, 2, 3, 3)
+    kit.delete_pod(admin, namespace=namespace, pod=p3)
+    assert adapter.release(admin, namespace=namespace, name=name).admission == 3
+
+
+def test_adopt_is_refused_for_a_trainjob_that_is_not_ours(control_plane, admin, namespace):
+    body = kit.trainjob_body("theirs")
+    body["spec"].pop("runtimePatches")
+    admin.create(paths.TRAINJOB, body, namespace=namespace)
+    refused = _toolkit(control_plane, "adopt", "theirs", "-n", namespace, "--reason", "x")
+    assert refused.exit_code == 1 and refused.stderr.count("\n") == 1
+    assert "is not a dispatch TrainJob" in refused.stderr
+    empty = _toolkit(control_plane, "adopt", "theirs", "-n", namespace, "--reason", "  ")
+    assert empty.exit_code == 2 and "--reason" in empty.stderr and empty.stderr.count("\n") == 1
+
+
+def test_adopt_in_kueue_mode_requeues_the_running_trainjob_through_the_check(admin, namespace):
+    from controller import admission
+
+    check = f"dispatch-{namespace}"
+    kit.create_admission_check(admin, check)
+    body = kit.trainjob_body("queued")
+    body["metadata"]["labels"] = {names.KUEUE_QUEUE_LABEL: "lq"}
+    kit.ensure_runtime(admin, namespace)
+    tj = admin.create(paths.TRAINJOB, body, namespace=namespace)
+    wl = kit.create_workload(admin, tj)
+    reserved = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    adapter.raise_admission(admin, namespace=namespace, name="queued")
+    admin.replace(paths.WORKLOAD, admission.with_check_ready(reserved, checks=[check], admission=1), subresource="status")
+    kit.set_suspend(admin, namespace, "queued", False)  # Kueue admits
+    adapter.flag_foreign(admin, namespace=namespace, name="queued",
+                         violation=detect.Violation("x", "a reset"))
+    done = adapter.adopt(admin, namespace=namespace, name="queued", reason="checked")
+    assert (done.held, done.requeued) == (False, [wl["metadata"]["name"]])
+    entry = kit.check_entry(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    assert entry["state"] == "Retry"  # Kueue evicts; the next admission goes through our check
+    assert admin.get(paths.TRAINJOB, name="queued", namespace=namespace)["spec"]["suspend"] is False
