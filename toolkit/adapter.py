@@ -504,6 +504,7 @@ class Adopted:
     causes: list[str]  # the causes cleared (kept in the history)
     held: bool  # plain mode: the running TrainJob was suspended by the adoption
     requeued: list[str]  # Kueue mode: Workloads whose check was set Retry (Kueue evicts and re-admits)
+    running: bool = False  # still running after the adoption (Kueue mode): its next admission raises
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -607,7 +608,8 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
     if names.KUEUE_QUEUE_LABEL in (written["metadata"].get("labels") or {}) and not raising.is_suspended(written):
-        adopted = dataclasses.replace(adopted, requeued=_requeue(client, namespace=namespace, name=name, reason=text))
+        adopted = dataclasses.replace(adopted, running=True,
+                                      requeued=_requeue(client, namespace=namespace, name=name, reason=text))
     message = (f"adopted: {text} (next R {adopted.next_r} above the high-water mark {adopted.high_water}; "
                f"{len(adopted.causes)} cause(s) cleared, kept in the history)")
     client.event(involved=written, reason=ADOPTED_REASON, message=message[:1024], component=COMPONENT)

@@ -266,6 +266,9 @@ def adopt_cmd(trainjob: str, reason: str, namespace: str, kubeconfig: str | None
         click.echo(f"held: run `toolkit release {trainjob} -n {namespace}` once its pods have stopped", err=True)
     elif done.requeued:
         click.echo(f"re-queued through the admission check: {', '.join(done.requeued)}", err=True)
+    elif done.running:
+        click.echo("warning: still running and no admitted Workload with our check was found to re-queue; "
+                   "until its next admission, a JobSet restart starts with the same A", err=True)
 
 
 def _controller_options(fn: Callable[..., Any]) -> Callable[..., Any]:
