@@ -410,13 +410,17 @@ def compute_status(trainjob: Obj, jobset: Obj | None) -> Status:
 
 def status(client: kube.Client, *, namespace: str, name: str) -> Status:
     """The status, after recording the JobSet UID if it was not yet (and
-    flagging a different one), as open and release do."""
+    flagging a different one), as open and release do; a caller that may
+    only read gets the status without the record."""
     trainjob = _get_trainjob(client, namespace=namespace, name=name)
     jobset = _jobset(client, namespace=namespace, name=name)
     if marks.is_ours(trainjob) and jobset is not None:
         recorded = (trainjob["metadata"].get("annotations") or {}).get(names.JOBSET_UID_ANNOTATION)
         if recorded != jobset["metadata"]["uid"] and not is_flagged_with(trainjob, jobset):
-            check_jobset(client, namespace=namespace, name=name, jobset=jobset)
+            try:
+                check_jobset(client, namespace=namespace, name=name, jobset=jobset)
+            except kube.Forbidden:
+                pass  # a reader without update rights: the mismatch is still shown, not recorded
             trainjob = _get_trainjob(client, namespace=namespace, name=name)
     return compute_status(trainjob, jobset)
 
