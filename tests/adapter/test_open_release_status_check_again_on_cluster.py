@@ -91,3 +91,30 @@ def test_a_full_cause_list_keeps_whole_lines_counts_the_rest_and_announces_each_
     assert sorted(_foreign_events(client, namespace, name)) == sorted(lines)  # each once, none twice
     st = adapter.status(client, namespace=namespace, name=name)
     assert (st.foreign, st.foreign_dropped) == (True, len(lines) - len(kept))
+
+
+def test_status_for_a_reader_without_update_rights_shows_the_mismatch_without_recording_it(
+        control_plane, client, namespace):
+    tj = kit.create_trainjob(client, namespace)
+    name = tj["metadata"]["name"]
+    first = kit.create_jobset(client, tj)
+    adapter.record_jobset_uid(client, namespace=namespace, name=name, uid=first["metadata"]["uid"])
+    client.delete(paths.JOBSET, name=name, namespace=namespace)
+    second = kit.create_jobset(client, tj)
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    client.request("POST", f"{rbac}/namespaces/{namespace}/roles", body={
+        "metadata": {"name": "reader"},
+        "rules": [{"apiGroups": [names.TRAINER_GROUP], "resources": ["trainjobs"], "verbs": ["get"]},
+                  {"apiGroups": [names.JOBSET_GROUP], "resources": ["jobsets"], "verbs": ["get"]}]})
+    client.request("POST", f"{rbac}/namespaces/{namespace}/rolebindings", body={
+        "metadata": {"name": "reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]})
+    reader = kube.load(kubeconfig=control_plane.mint_kubeconfig(namespace=namespace, service_account="reader"))
+    try:
+        st = adapter.status(reader, namespace=namespace, name=name)
+    finally:
+        reader.close()
+    assert (st.jobset_uid, st.jobset_uid_seen, st.jobset_uid_mismatch) == (
+        first["metadata"]["uid"], second["metadata"]["uid"], True)
+    assert names.FOREIGN_ANNOTATION not in kit.annotations(client, namespace, name)  # nothing written
