@@ -177,3 +177,32 @@ def test_adopt_in_kueue_mode_requeues_the_running_trainjob_through_the_check(adm
     entry = kit.check_entry(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     assert entry["state"] == "Retry"  # Kueue evicts; the next admission goes through our check
     assert admin.get(paths.TRAINJOB, name="queued", namespace=namespace)["spec"]["suspend"] is False
+
+
+def test_a_preemption_and_readmission_is_a_new_execution_in_the_history(admin, namespace, start_controller):
+    """Kueue mode: the check raises A at each admission; the pods of each
+    admission are one execution each, the preempted one ended as stopped."""
+    check = f"dispatch-{namespace}"
+    kit.create_admission_check(admin, check)
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    uid = kit.create_jobset(admin, tj)["metadata"]["uid"]
+    wl = kit.create_workload(admin, tj)["metadata"]["name"]
+    start_controller()
+    for a in (1, 2):
+        kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+        wait_until(lambda: kit.check_entry(admin, namespace=namespace, name=wl, check=check).get("state") == "Ready",
+                   what="Ready")
+        kit.set_suspend(admin, namespace, name, False)  # Kueue admits
+        pod = kit.create_pod(admin, namespace=namespace, trainjob=name, admission=str(a),
+                             jobset_uid=uid)["metadata"]["name"]
+        wait_until(lambda: (a, 0, a, None, "ok") in _rows(admin, namespace, name), what=f"execution A {a}")
+        kit.kueue_evict(admin, namespace=namespace, name=wl, check=check)  # preempted
+        kit.set_suspend(admin, namespace, name, True)
+        admin.merge_patch(paths.POD, {"metadata": {"finalizers": ["dispatch.phpboyscout.uk/test"]}}, name=pod,
+                          namespace=namespace)
+        kit.delete_pod(admin, namespace=namespace, pod=pod)  # terminating: held by the finalizer
+        wait_until(lambda: (a, 0, a, "stopped", "ok") in _rows(admin, namespace, name), what="stopped")
+        admin.merge_patch(paths.POD, {"metadata": {"finalizers": None}}, name=pod, namespace=namespace)
+    assert history.of(admin.get(paths.TRAINJOB, name=name, namespace=namespace)).high_water == 2
+    assert _foreign(admin, namespace, name) is None
