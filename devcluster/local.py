@@ -35,6 +35,7 @@ NODE_IMAGES = (
     "localhost/dispatch/sidecar:dev",
     "localhost/dispatch/sample-trainer:busybox",
     "localhost/dispatch/sample-trainer:python",
+    "localhost/dispatch/test-driver:dev",
 )
 # How long a test's cluster waits for the host's one node slot (another suite's node) before it fails.
 NODE_WAIT_SECONDS = 900.0

@@ -2,8 +2,8 @@
 and the dispatcher (dispatcher/), each as a real process, as an operator runs
 them.
 
-`Backend` starts `python -m refbackend` on a loopback port with a SQLite file
-of its own and speaks its HTTP API with the service token; `Dispatcher` starts
+`Backend` starts `python -m refbackend` on a loopback port (or the node's
+address, where driver pods must reach it) with a SQLite file of its own and speaks its HTTP API with the service token; `Dispatcher` starts
 `python -m dispatcher` with a kubeconfig (the shipped ServiceAccount's, from
 `install_rbac`) and keeps its JSON log in a file. Both stop on `close()` and
 on leaving a `with` block. `make demo` and the tests use these; nothing here is
@@ -84,15 +84,19 @@ class BackendError(AssertionError):
 
 
 class Backend(Client):
-    """`python -m refbackend` as a subprocess; FAULTS turns on its test-only fault hooks."""
+    """`python -m refbackend` as a subprocess; FAULTS turns on its test-only fault hooks.
+
+    HOST is the address it binds: loopback by default; the node's address (devcluster/node.py
+    NODE_IP) when pods on the local node must reach it (a pod cannot reach the host's loopback)."""
 
     def __init__(self, *, lease: float = 300.0, faults: bool = False, db: str | None = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 extra_args: tuple[str, ...] = (), host: str = "127.0.0.1") -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="refbackend-")
         env = {**os.environ, "TCAB_BACKEND_SERVICE_TOKEN": SERVICE_TOKEN}
         self.db_path = db or f"{self.dir.name}/runs.db"
         self.stderr_path = pathlib.Path(self.dir.name) / "stderr"
-        args = [sys.executable, "-m", "refbackend", "--db", self.db_path, "--lease", str(lease), *extra_args]
+        args = [sys.executable, "-m", "refbackend", "--db", self.db_path, "--lease", str(lease),
+                "--host", host, *extra_args]
         if faults:
             args.append("--faults")
         with self.stderr_path.open("wb") as err:

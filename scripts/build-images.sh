@@ -243,3 +243,13 @@ build_sidecar() {
 }
 ensure localhost/dispatch/sidecar:dev build_sidecar images/sidecar.Containerfile images/sidecar/mkroot.py \
   sidecar/*.py toolkit/*.py <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/python:3.11-bookworm)
+
+# --- the test driver: what the dispatcher's driver Jobs run on the local node
+# build_test_driver NAME HASH: images/test-driver.Containerfile on the busybox
+# base. Its launch request picks what it does (images/test-driver/driver).
+build_test_driver() {
+  podman build -q --isolation chroot --build-arg BASE=localhost/dispatch-base/busybox:1.35-static \
+    --label "dispatch.inputs=$2" -f images/test-driver.Containerfile -t "$1" . >/dev/null
+}
+ensure localhost/dispatch/test-driver:dev build_test_driver images/test-driver.Containerfile \
+  images/test-driver/driver <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/busybox:1.35-static)

@@ -49,8 +49,8 @@ class Backend(runqueue.Backend, Client):
     """The server as a subprocess, with its fault hooks on unless FAULTS is False."""
 
     def __init__(self, *, lease: float = 300.0, faults: bool = True, db: str | None = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
-        super().__init__(lease=lease, faults=faults, db=db, extra_args=extra_args)
+                 extra_args: tuple[str, ...] = (), host: str = "127.0.0.1") -> None:
+        super().__init__(lease=lease, faults=faults, db=db, extra_args=extra_args, host=host)
 
     def __enter__(self) -> Backend:
         return self
