@@ -1,21 +1,42 @@
-"""Helpers for the dispatcher's cluster tests: the shipped RBAC, the process, a stand-in kubelet."""
+"""Helpers for the dispatcher's cluster tests: the shipped RBAC, the process, the test driver.
+
+The tests run on the local cluster's real node (tests/dispatcher/conftest.py): the kubelet starts
+each driver pod from the Job the dispatcher made, in the test driver image
+(images/test-driver/driver), whose behaviour each run's launch request picks (`launch`). The
+reference backend binds the node's address, so drivers reach it to report.
+"""
 
 from __future__ import annotations
 
 import base64
+import collections
 import pathlib
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import kubernetes.client
+import kubernetes.stream
+import kubernetes.watch
 
-from devcluster import runqueue
+from devcluster import node, runqueue
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MANIFESTS = runqueue.DISPATCHER_MANIFESTS
 SA = runqueue.DISPATCHER_SA
-IMAGE = "test-cabinet/driver:test"
+IMAGE = "localhost/dispatch/test-driver:dev"  # in devcluster/local.py NODE_IMAGES
+SANDBOX_IMAGE = "localhost/dispatch-base/busybox:1.35-static"
+BACKEND_HOST = node.NODE_IP  # where pods reach a host service
+OOM_LIMIT = "48Mi"  # the memory limit of `limit_memory`: `tail /dev/zero` passes it in well under a second
+DRIVER_MEMORY_REQUEST = "16Mi"  # a driver's request where a limit is set (a request may not exceed it)
+
+
+def launch(driver: str, *, running: bool = False, wait: bool = False, **extra: Any) -> dict[str, Any]:
+    """A launch request for the test driver: report running first if RUNNING, then wait for
+    `release` if WAIT, then end as DRIVER (succeed, fail, oom or leak). A run enqueued without one
+    gets a driver that waits for `release` and exits 0, reporting nothing."""
+    return {"driver": driver, **({"running": True} if running else {}), **({"wait": True} if wait else {}), **extra}
 
 
 install_rbac = runqueue.install_rbac  # the shipped ServiceAccount, Role and RoleBinding, unmodified
@@ -53,31 +74,48 @@ def driver_pod(api: kubernetes.client.ApiClient, namespace: str, job_name: str) 
     return pods[0] if pods else None
 
 
-def terminate_pod(api: kubernetes.client.ApiClient, namespace: str, pod: str, *, exit_code: int,
-                  reason: str) -> None:
-    """What a kubelet writes when the driver container ends (there is no kubelet here)."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    status = {"status": {
-        "phase": "Succeeded" if exit_code == 0 else "Failed",
-        "containerStatuses": [{
-            "name": "driver", "image": IMAGE, "imageID": "", "ready": False, "restartCount": 0,
-            "state": {"terminated": {"exitCode": exit_code, "reason": reason, "startedAt": now, "finishedAt": now}},
-        }],
-    }}
-    kubernetes.client.CoreV1Api(api).patch_namespaced_pod_status(pod, namespace, status)
+def release(api: kubernetes.client.ApiClient, namespace: str, pod: str) -> None:
+    """Let a waiting test driver (images/test-driver/driver) go on: `touch /tmp/release` in its
+    container, through pods/exec (the apiserver asks the node's kubelet)."""
+    client = kubernetes.stream.stream(kubernetes.client.CoreV1Api(api).connect_get_namespaced_pod_exec, pod,
+                                      namespace, container="driver", command=["touch", "/tmp/release"], stderr=True,
+                                      stdin=False, stdout=True, tty=False, _preload_content=False)
+    try:
+        client.run_forever(timeout=30)  # until the command ends and the kubelet closes the stream
+        code = client.returncode  # from the error channel: read it before read_all empties the buffers
+        out = client.read_all()
+        assert code == 0 and out == "", f"exec in {pod}: {code} {out}"
+    finally:
+        client.close()
+        client.sock.shutdown()  # close() returns early once the kubelet has closed the stream, socket left open
 
 
-def hold_waiting(api: kubernetes.client.ApiClient, namespace: str, pod: str, *, reason: str, message: str) -> None:
-    """What a kubelet writes while it cannot start the driver container (an image it cannot pull)."""
-    status = {"status": {
-        "phase": "Pending",
-        "containerStatuses": [{
-            "name": "driver", "image": IMAGE, "imageID": "", "ready": False, "restartCount": 0,
-            "state": {"waiting": {"reason": reason, "message": message}},
-        }],
-    }}
-    kubernetes.client.CoreV1Api(api).patch_namespaced_pod_status(pod, namespace, status)
+def limit_memory(api: kubernetes.client.ApiClient, namespace: str, limit: str = OOM_LIMIT) -> None:
+    """A LimitRange giving every container in NAMESPACE a memory limit (the driver Job sets none), so
+    a driver that grows is killed by the kernel. Driver memory requests must stay below it."""
+    kubernetes.client.CoreV1Api(api).create_namespaced_limit_range(namespace, {
+        "metadata": {"name": "driver-memory"},
+        "spec": {"limits": [{"type": "Container", "default": {"memory": limit},
+                             "defaultRequest": {"memory": DRIVER_MEMORY_REQUEST}}]}})
 
+
+def sandbox_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A sandbox pod as a driver makes one (it labels it with the run's id and its own managed-by):
+    a real container that runs until deleted, and goes within a second when it is."""
+    return {"metadata": {"name": name, "labels": labels},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                "name": "sandbox", "image": SANDBOX_IMAGE, "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"],
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]}}}]}}
+
+
+def terminated(pod: Any) -> Any:
+    """The driver container's terminated state, or None."""
+    for status in (pod.status.container_statuses or []) if pod is not None else []:
+        if status.name == "driver" and status.state and status.state.terminated:
+            return status.state.terminated
+    return None
 
 
 def job_token(api: kubernetes.client.ApiClient, namespace: str, job_name: str) -> str:
@@ -88,3 +126,71 @@ def job_token(api: kubernetes.client.ApiClient, namespace: str, job_name: str) -
 def control_plane_client(api: kubernetes.client.ApiClient) -> kubernetes.client.ApiClient:
     """A second admin client on the same configuration (a watch holds its connection)."""
     return kubernetes.client.ApiClient(api.configuration)
+
+
+class PodWatch(threading.Thread):
+    """What the kubelet did with every pod of a namespace, through a watch that starts with the
+    namespace's pods and misses no change after: which driver Jobs (by uid, per Job name) had their
+    driver container started, the exit code of each driver container that ran, and every waiting
+    reason seen.
+    Short watches, each resumed from the last resourceVersion, so it ends soon after `stop`."""
+
+    def __init__(self, api: kubernetes.client.ApiClient, namespace: str) -> None:
+        super().__init__(daemon=True)
+        self.api, self.namespace = control_plane_client(api), namespace
+        self.stopping = threading.Event()
+        self.listed = threading.Event()
+        self.started: dict[str, set[str]] = collections.defaultdict(set)  # Job name -> uids of its Jobs that ran
+        self.exits: dict[str, int] = {}  # pod -> its driver container's exit code
+        self.waiting: dict[str, set[str]] = collections.defaultdict(set)  # pod -> waiting reasons
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        core = kubernetes.client.CoreV1Api(self.api)
+        version = ""
+        try:
+            while not self.stopping.is_set():
+                if not version:
+                    listing = core.list_namespaced_pod(self.namespace)
+                    version = listing.metadata.resource_version
+                    for pod in listing.items:
+                        self._see(pod)
+                    self.listed.set()
+                try:
+                    for event in kubernetes.watch.Watch().stream(core.list_namespaced_pod, self.namespace,
+                                                                 timeout_seconds=2, resource_version=version):
+                        pod = event["object"]
+                        version = pod.metadata.resource_version
+                        self._see(pod)
+                except kubernetes.client.ApiException as e:
+                    if e.status != 410:
+                        raise
+                    version = ""  # expired: list again (a change between is still seen in the list)
+        except BaseException as e:  # noqa: BLE001 (kept for `check`; a dead watch must fail the test)
+            self.failure = e
+        finally:
+            self.api.close()
+
+    def _see(self, pod: Any) -> None:
+        job = (pod.metadata.labels or {}).get("batch.kubernetes.io/job-name")
+        owners = [o.uid for o in pod.metadata.owner_references or [] if o.kind == "Job"]
+        for status in pod.status.container_statuses or []:
+            if status.name != "driver" or status.state is None:
+                continue
+            state = status.state
+            if state.waiting is not None and state.waiting.reason:
+                self.waiting[pod.metadata.name].add(state.waiting.reason)
+            ran = state.running is not None or (state.terminated is not None and state.terminated.started_at)
+            if ran and job and owners:
+                self.started[job].add(owners[0])
+            if state.terminated is not None and state.terminated.started_at:  # not a container never made
+                self.exits[pod.metadata.name] = state.terminated.exit_code
+
+    def check(self) -> None:
+        if self.failure is not None or not self.is_alive():
+            raise AssertionError(f"the pod watch ended: {self.failure!r}")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=30)
+        assert not self.is_alive(), "the pod watch did not end"

@@ -1,7 +1,10 @@
-"""The dispatcher on the real control plane, against the reference backend, under the shipped Role.
+"""The dispatcher on the real control plane and the real node, against the reference backend,
+under the shipped Role.
 
-There is no kubelet: a test writes a driver pod's terminal state through the
-status subresource, as a kubelet would, and plays the driver's own reports.
+Every driver pod is run by the kubelet in the test driver image (tests/dispatcher/cluster.py): it
+reports to the backend itself, waits to be released, fails, is OOM-killed by the kernel under a
+LimitRange's memory limit, or never starts (an image the node does not have, a tombstone Secret),
+as each run's launch request says. Nothing here writes a pod's status.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pytest
 
 from dispatcher import backend as backend_client
 from dispatcher import jobspec, settings
-from devcluster import harness
+from devcluster import harness, node
 from tests.dispatcher import cluster
 from tests.refbackend import proc
 from toolkit import kube, paths
@@ -35,8 +38,13 @@ def rbac_kubeconfig(control_plane: Any, namespace: str, api_client: kubernetes.c
 
 @pytest.fixture
 def backend() -> Any:
-    with proc.Backend() as b:
+    with proc.Backend(host=cluster.BACKEND_HOST) as b:
         yield b
+
+
+def running_pod(api: kubernetes.client.ApiClient, namespace: str, job_name: str) -> Any:
+    pod = cluster.driver_pod(api, namespace, job_name)
+    return pod if pod is not None and pod.status.phase == "Running" else None
 
 
 def test_runs_become_jobs_with_the_exact_environment_the_cap_holds_and_slots_come_back(
@@ -75,10 +83,12 @@ def test_runs_become_jobs_with_the_exact_environment_the_cap_holds_and_slots_com
         assert [(o.kind, o.uid) for o in secret.metadata.owner_references] == [("Job", first.metadata.uid)]
         assert cluster.job_token(api_client, namespace, first.metadata.name) == runs[0]["token"]
 
-        # A slot comes back when a Job finishes...
-        pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, first.metadata.name), what="driver pod")
-        cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=0, reason="Completed")
-        cluster.wait(lambda: len(cluster.jobs(api_client, namespace)) == 4, what="a 4th Job after a finish")
+        # A slot comes back when a Job finishes (its driver, let go, exits 0)...
+        pod = cluster.wait(lambda: running_pod(api_client, namespace, first.metadata.name), timeout=60,
+                           what="the first driver Running")
+        cluster.release(api_client, namespace, pod.metadata.name)
+        cluster.wait(lambda: len(cluster.jobs(api_client, namespace)) == 4, timeout=60, what="a 4th Job after a finish")
+        assert cluster.terminated(cluster.driver_pod(api_client, namespace, first.metadata.name)).exit_code == 0
         # ...and when one is deleted before it finished.
         victim = next(j for j in cluster.jobs(api_client, namespace) if cluster.unfinished(j))
         kubernetes.client.BatchV1Api(api_client).delete_namespaced_job(
@@ -99,37 +109,40 @@ def test_runs_become_jobs_with_the_exact_environment_the_cap_holds_and_slots_com
         d.close()
 
 
-def test_a_failed_driver_is_reported_once_with_reason_and_exit_code_and_its_sandbox_reaped(
+def test_an_oom_killed_driver_is_reported_once_with_reason_exit_code_and_log_tail_and_its_sandbox_reaped(
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, backend: proc.Backend) -> None:
-    run = backend.enqueue()
+    cluster.limit_memory(api_client, namespace)
+    run = backend.enqueue(launch_request=cluster.launch("oom"))
     core = kubernetes.client.CoreV1Api(api_client)
     sandbox_labels = {"test-cabinet/job-id": run["id"], "app.kubernetes.io/managed-by": "test-cabinet-driver"}
-    pod_spec = {"containers": [{"name": "c", "image": "sandbox"}]}
-    core.create_namespaced_pod(namespace, {"metadata": {"name": "sandbox-1", "labels": sandbox_labels}, "spec": pod_spec})
-    core.create_namespaced_pod(namespace, {"metadata": {"name": "other-run", "labels": {
-        **sandbox_labels, "test-cabinet/job-id": "someone-else"}}, "spec": pod_spec})
+    core.create_namespaced_pod(namespace, cluster.sandbox_pod("sandbox-1", sandbox_labels))
+    core.create_namespaced_pod(namespace, cluster.sandbox_pod("other-run", {
+        **sandbox_labels, "test-cabinet/job-id": "someone-else"}))
+    for sandbox in ("sandbox-1", "other-run"):
+        cluster.wait(lambda: core.read_namespaced_pod(sandbox, namespace).status.phase == "Running", timeout=60,
+                     what=f"{sandbox} Running")
     # The first two reports meet a failing backend: retried, then delivered once.
-    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend)
+    backend.fault(status=503, count=2, on="status")
+    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+                           TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST=cluster.DRIVER_MEMORY_REQUEST)
     try:
         d.start()
         name = f"tcab-run-{run['id']}"
-        pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, name), what="driver pod")
-        # The Job controller's own Event (SuccessfulCreate) is recorded before the pod dies, so the report can quote it.
-        cluster.wait(lambda: core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.kind=Job,involvedObject.name={name}").items, what="Job Event")
-        backend.fault(status=503, count=2, on="status")
-        cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=137, reason="OOMKilled")
-        cluster.wait(lambda: backend.get(run["id"])["state"] == "failed", what="the death report")
+        cluster.wait(lambda: backend.get(run["id"])["state"] == "failed", timeout=60, what="the death report")
+        pod = cluster.driver_pod(api_client, namespace, name)
         cluster.wait(lambda: "sandbox-1" not in [p.metadata.name for p in core.list_namespaced_pod(namespace).items]
-                     or None, what="the sandbox pod deleted")
+                     or None, timeout=30, what="the sandbox pod deleted")
         remaining = {p.metadata.name for p in core.list_namespaced_pod(namespace).items}
         assert pod.metadata.name in remaining and "other-run" in remaining
         time.sleep(1)
         reports = backend.get(run["id"])["reports"]
         assert len(reports) == 1
         error = reports[0]["body"]["error"]
+        # The kernel killed it under the LimitRange's limit; the tail is its real log, read through the kubelet.
         assert (error["reason"], error["exit_code"], error["pod"]) == ("OOMKilled", 137, pod.metadata.name)
-        assert error["log_tail"] is None and error["log_error"].startswith("no log could be read")
+        assert error["log_tail"] == "step 40: loss 1.95\nstep 41: loss 1.92\nallocating 80 GiB for the KV cache\n"
+        assert error.get("log_error") is None
+        assert pod.spec.containers[0].resources.limits == {"memory": cluster.OOM_LIMIT}
         assert error["job_condition"]["reason"]
         # The Job's Events were listed (the Role's events list verb) and quoted.
         assert any(e["object"] == f"Job/{name}" and e["reason"] == "SuccessfulCreate" for e in error["events"]), \
@@ -210,7 +223,7 @@ def test_a_404_on_a_status_report_is_tried_exactly_once_and_given_up(
 def test_claims_that_fail_or_time_out_back_off_and_every_run_is_still_dispatched_once(
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
     # A claim that times out at the dispatcher may still be taken at the backend: the lease brings it back.
-    with proc.Backend(lease=2) as backend:
+    with proc.Backend(lease=2, host=cluster.BACKEND_HOST) as backend:
         runs = [backend.enqueue()["id"] for _ in range(3)]
         backend.fault(status=503, count=3, on="next")
         backend.fault(delay=1.5, on="next")
@@ -235,35 +248,73 @@ def test_claims_that_fail_or_time_out_back_off_and_every_run_is_still_dispatched
             d.close()
 
 
+def test_a_dead_driver_is_reported_with_the_last_lines_of_its_log(
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, backend: proc.Backend) -> None:
+    """`pods/log` goes where it goes on any cluster: the apiserver asks the node's kubelet, which reads
+    the container's log file back."""
+    run = backend.enqueue(launch_request=cluster.launch("fail"))
+    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+                           TCAB_DISPATCHER_LOG_TAIL_LINES="2")
+    try:
+        d.start()
+        cluster.wait(lambda: backend.get(run["id"])["state"] == "failed", timeout=60, what="the death report")
+        pod = cluster.driver_pod(api_client, namespace, jobspec.job_name(run["id"]))
+        assert pod.spec.node_name == node.NODE_NAME
+        reports = backend.get(run["id"])["reports"]
+        assert len(reports) == 1
+        error = reports[0]["body"]["error"]
+        assert (error["reason"], error["exit_code"], error["pod"]) == ("Error", 3, pod.metadata.name)
+        assert error["log_tail"] == "step 2: starting the sandbox\ndriver: the sandbox did not answer; giving up\n"
+        assert error.get("log_error") is None
+        assert d.terminate() == 0
+    finally:
+        d.close()
+
+
+def cordon(api: kubernetes.client.ApiClient, *, unschedulable: bool) -> None:
+    kubernetes.client.CoreV1Api(api).patch_node(node.NODE_NAME, {"spec": {"unschedulable": unschedulable}})
+
+
 def test_a_driver_that_never_starts_is_reported_once_past_the_start_deadline_and_its_slot_comes_back(
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, backend: proc.Backend) -> None:
+    """The kubelet cannot start a driver whose image the node does not have and no registry serves:
+    it holds the container waiting (ErrImagePull, then ImagePullBackOff) for ever."""
     first, second = backend.enqueue(), backend.enqueue()
     batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
+    absent = "localhost/dispatch/test-driver:absent"
     d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
-                           TCAB_DISPATCHER_MAX_INFLIGHT="1", TCAB_DISPATCHER_DRIVER_START_DEADLINE="2")
-    message = 'Back-off pulling image "test-cabinet/driver:test": ErrImagePull: not found'
+                           TCAB_DISPATCHER_MAX_INFLIGHT="1", TCAB_DISPATCHER_DRIVER_START_DEADLINE="2",
+                           TCAB_DISPATCHER_DRIVER_IMAGE=absent)
     try:
         d.start()
         name = f"tcab-run-{first['id']}"
-        pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, name), what="driver pod")
-        cluster.hold_waiting(api_client, namespace, pod.metadata.name, reason="ImagePullBackOff", message=message)
-        cluster.wait(lambda: backend.get(first["id"])["state"] == "failed", what="the report of the stuck driver")
-        # The Job is deleted, its Secret goes with it, and the slot (MAX_INFLIGHT 1) takes the next run.
-        cluster.wait(lambda: harness.gone(lambda: batch.read_namespaced_job(name, namespace)), what="Job deleted")
-        cluster.wait(lambda: harness.gone(lambda: core.read_namespaced_secret(name, namespace)), what="Secret GC")
-        second_name = f"tcab-run-{second['id']}"
-        cluster.wait(lambda: [j for j in cluster.jobs(api_client, namespace) if j.metadata.name == second_name],
-                     what="the next run in the freed slot")
-        # The next pod is on no node (no container status): waiting for capacity, not stuck.
-        time.sleep(3.5)
-        assert backend.get(second["id"])["state"] == "claimed"
+        pod = cluster.wait(lambda: (p := cluster.driver_pod(api_client, namespace, name)) and p.spec.node_name and p,
+                           timeout=30, what="the driver pod on the node")
+        # The node takes no new pod from here on: the next run's pod waits for capacity.
+        cordon(api_client, unschedulable=True)
+        try:
+            cluster.wait(lambda: backend.get(first["id"])["state"] == "failed", timeout=60,
+                         what="the report of the stuck driver")
+            # The Job is deleted, its Secret goes with it, and the slot (MAX_INFLIGHT 1) takes the next run.
+            cluster.wait(lambda: harness.gone(lambda: batch.read_namespaced_job(name, namespace)), what="Job deleted")
+            cluster.wait(lambda: harness.gone(lambda: core.read_namespaced_secret(name, namespace)), what="Secret GC")
+            second_name = f"tcab-run-{second['id']}"
+            cluster.wait(lambda: [j for j in cluster.jobs(api_client, namespace) if j.metadata.name == second_name],
+                         what="the next run in the freed slot")
+            # The next pod is on no node (no container status): waiting for capacity, not stuck.
+            time.sleep(3.5)
+            assert backend.get(second["id"])["state"] == "claimed"
+            assert not cluster.driver_pod(api_client, namespace, second_name).spec.node_name
+        finally:
+            cordon(api_client, unschedulable=False)
         reports = backend.get(first["id"])["reports"]
         assert len(reports) == 1
         error = reports[0]["body"]["error"]
-        assert (error["reason"], error["message"], error["exit_code"]) == ("ImagePullBackOff", message, None)
+        assert error["reason"] in ("ErrImagePull", "ImagePullBackOff"), error
+        assert absent in error["message"] and error["exit_code"] is None
         assert (error["pod"], error["start_deadline_seconds"]) == (pod.metadata.name, 2)
         assert [line["reason"] for line in d.lines()
-                if line["message"].startswith("driver did not start")] == ["ImagePullBackOff"]
+                if line["message"].startswith("driver did not start")] == [error["reason"]]
         assert not any(line["message"].startswith("death report") and line.get("job") == name
                        and line.get("reason") == "DriverJobDeleted" for line in d.lines())
         assert d.terminate() == 0
@@ -335,12 +386,12 @@ def test_recovers_after_the_apiserver_stops_and_starts(
 
 def test_a_job_left_without_its_secret_is_tombstoned_and_deleted_unreported_and_its_run_dispatched_again(
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
-    """What a dispatcher killed between its two creates leaves: a Job with no Secret, whose pod no
-    kubelet can start and whose token only the claim had. It must not hold its slot for ever (the
-    deadlock CI hit: MAX_INFLIGHT such Jobs and no claim, so the backend never offered the runs
-    again); a Job whose Secret is there is left alone."""
+    """What a dispatcher killed between its two creates leaves: a Job with no Secret, whose pod the
+    kubelet cannot start (CreateContainerConfigError) and whose token only the claim had. It must
+    not hold its slot for ever (the deadlock CI hit: MAX_INFLIGHT such Jobs and no claim, so the
+    backend never offered the runs again); a Job whose Secret is there is left alone."""
     batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
-    with proc.Backend(lease=8) as backend:
+    with proc.Backend(lease=8, host=cluster.BACKEND_HOST) as backend:
         kept, orphan, third = (backend.enqueue() for _ in range(3))
         d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
                                TCAB_DISPATCHER_MAX_INFLIGHT="2")
@@ -358,7 +409,13 @@ def test_a_job_left_without_its_secret_is_tombstoned_and_deleted_unreported_and_
         assert claims[0] is not None  # ...and one Secret
         core.create_namespaced_secret(namespace, jobspec.secret(claims[0], config, job_uid=uid[kept["id"]]))
         kept_name, orphan_name = (jobspec.job_name(r["id"]) for r in (kept, orphan))
+        pods = cluster.PodWatch(api_client, namespace)
+        pods.start()
         try:
+            # The kubelet holds the orphan's driver: the Secret its token comes from is not there.
+            orphan_pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, orphan_name), what="orphan pod")
+            cluster.wait(lambda: "CreateContainerConfigError" in pods.waiting[orphan_pod.metadata.name], timeout=60,
+                         what="the kubelet refusing the orphan's container")
             d.start()
             # The orphan gets a tombstone (no token key), then goes; its slot goes to the next run.
             third_name = jobspec.job_name(third["id"])
@@ -373,8 +430,8 @@ def test_a_job_left_without_its_secret_is_tombstoned_and_deleted_unreported_and_
                        and line.get("job") == orphan_name for line in d.lines())
             # A finish frees a slot for it: a new Job, with a Secret of its own holding the run's token
             # (written once the tombstone, owned by the old Job, was collected).
-            pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, kept_name), what="the kept pod")
-            cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=0, reason="Completed")
+            pod = cluster.wait(lambda: running_pod(api_client, namespace, kept_name), timeout=60, what="kept Running")
+            cluster.release(api_client, namespace, pod.metadata.name)
 
             def redispatched() -> Any:
                 job = next((j for j in cluster.jobs(api_client, namespace) if j.metadata.name == orphan_name), None)
@@ -392,22 +449,63 @@ def test_a_job_left_without_its_secret_is_tombstoned_and_deleted_unreported_and_
 
             cluster.wait(own_secret, what="the new Job's own Secret")
             assert cluster.job_token(api_client, namespace, orphan_name) == orphan["token"]
+            # The new Job's driver runs; the tombstoned one's never did.
+            cluster.wait(lambda: again.metadata.uid in pods.started[orphan_name], timeout=60, what="the new driver")
+            pods.check()
+            assert pods.started[orphan_name] == {again.metadata.uid}
             assert d.terminate() == 0
         finally:
+            pods.stop()
             d.close()
+
+
+def test_a_driver_pod_whose_secret_is_the_tombstone_never_starts_on_the_kubelet(
+        api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    """The tombstone (jobspec.tombstone) has no token key: the kubelet refuses to make the container
+    (CreateContainerConfigError) on every try, so a tombstoned Job's driver never runs."""
+    batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
+    config = settings.from_env({"TCAB_BACKEND_URL": f"http://{cluster.BACKEND_HOST}:1",
+                                "TCAB_BACKEND_SERVICE_TOKEN": "t",
+                                "TCAB_DISPATCHER_DRIVER_IMAGE": cluster.IMAGE, "TCAB_DISPATCHER_NAMESPACE": namespace})
+    claim = backend_client.Claim(job_id="tombstoned", token="t", launch_request={})
+    pods = cluster.PodWatch(api_client, namespace)
+    pods.start()
+    try:
+        job = batch.create_namespaced_job(namespace, jobspec.job(claim, config))
+        core.create_namespaced_secret(namespace, jobspec.tombstone(claim.job_id, config, job_uid=job.metadata.uid))
+        pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, job.metadata.name), what="the pod")
+
+        def refused() -> str:
+            status = core.read_namespaced_pod(pod.metadata.name, namespace).status
+            waiting = [c.state.waiting for c in status.container_statuses or [] if c.state and c.state.waiting]
+            return next((w.message for w in waiting if "couldn't find key token" in (w.message or "")), "")
+
+        message = cluster.wait(refused, timeout=60, what="the kubelet refusing the tombstone")
+        assert f"{namespace}/{job.metadata.name}" in message, message
+        time.sleep(5)  # the kubelet tries again meanwhile, with the same answer
+        pods.check()
+        assert core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Pending"
+        assert dict(pods.started) == {} and pods.exits == {}
+        assert "CreateContainerConfigError" in pods.waiting[pod.metadata.name]
+        assert pods.waiting[pod.metadata.name] <= {"ContainerCreating", "CreateContainerConfigError"}
+    finally:
+        pods.stop()
 
 
 def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twice_leaks_no_slot(
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
+    """Each driver, run by the kubelet, reports running and succeeded with its run's token and exits
+    0; a second driver of one run would have a report refused and exit 1. A tombstoned Job's driver
+    never starts (the kubelet cannot make its container), so it is not a dispatch."""
     max_inflight = 4
     rng = random.Random(7)
-    with proc.Backend(lease=1.5) as backend:
-        runs = {r["id"]: r for r in (backend.enqueue() for _ in range(40))}
+    with proc.Backend(lease=1.5, host=cluster.BACKEND_HOST) as backend:
+        runs = {r["id"]: r for r in (backend.enqueue(launch_request=cluster.launch("succeed", running=True))
+                                     for _ in range(40))}
         uids: dict[str, set[str]] = collections.defaultdict(set)
         state: dict[str, bool] = {}
         peak = [0]
         stop = threading.Event()
-        pause, paused = threading.Event(), threading.Event()
 
         def observe() -> None:
             # Every Job ever created, by uid; the peak of unfinished ones. Short watches, each resumed
@@ -427,42 +525,16 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                             state[job.metadata.name] = cluster.unfinished(job)
                         peak[0] = max(peak[0], sum(state.values()))
 
-        ran: dict[str, set[str]] = collections.defaultdict(set)  # run -> uids of the Jobs whose driver ran
-        refused: list[tuple[str, int]] = []  # a driver's report the backend did not take: must stay empty
-
-        def kubelet_and_driver() -> None:
-            # Plays each driver: says "succeeded" with its token, then its pod ends.
-            done: set[str] = set()
-            core = kubernetes.client.CoreV1Api(api_client)
-            while not stop.is_set():
-                if pause.is_set():
-                    paused.set()  # between passes: no pod is half-finished
-                    time.sleep(0.05)
-                    continue
-                for pod in core.list_namespaced_pod(namespace).items:
-                    name = pod.metadata.labels.get("batch.kubernetes.io/job-name")
-                    if not name or pod.metadata.name in done or rng.random() < 0.5:
-                        continue
-                    run_id = pod.metadata.labels["test-cabinet/job-id"]
-                    try:
-                        token = cluster.job_token(api_client, namespace, name)
-                    except (kubernetes.client.ApiException, KeyError):
-                        continue  # no Secret yet, or a tombstone: a kubelet cannot start the container
-                    ran[name].add(pod.metadata.owner_references[0].uid)
-                    code, _ = backend.call("POST", f"/jobs/{run_id}/status", {"status": "succeeded"}, token=token)
-                    if code != 200:
-                        refused.append((name, code))
-                    cluster.terminate_pod(api_client, namespace, pod.metadata.name, exit_code=0, reason="Completed")
-                    done.add(pod.metadata.name)
-                time.sleep(0.1)
+        observer = threading.Thread(target=observe)
+        pods = cluster.PodWatch(api_client, namespace)
 
         def all_ended() -> bool:
-            assert all(t.is_alive() for t in threads), "a helper thread died (its traceback is above)"
+            assert observer.is_alive(), "the Job watch died (its traceback is above)"
+            pods.check()
             return all(r["state"] == "succeeded" for r in backend.runs())
 
-        threads = [threading.Thread(target=observe), threading.Thread(target=kubelet_and_driver)]
-        for t in threads:
-            t.start()
+        observer.start()
+        pods.start()
         d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
                                TCAB_DISPATCHER_MAX_INFLIGHT=str(max_inflight), TCAB_DISPATCHER_LOG_LEVEL="info")
         try:
@@ -471,26 +543,29 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                 time.sleep(rng.uniform(0.3, 1.2))
                 d.kill()
             d.start()
-            cluster.wait(all_ended, timeout=90, what="every run to end")
-            # No slot leaked: with nothing finishing any more (the kubelet paused), the last dispatcher
-            # still takes MAX_INFLIGHT new runs, so all MAX_INFLIGHT slots were free at once.
-            pause.set()
-            assert paused.wait(timeout=30)
+            cluster.wait(all_ended, timeout=180, what="every run to end")
+            # No slot leaked: runs whose drivers never finish (they wait to be released) still get
+            # MAX_INFLIGHT Jobs from the last dispatcher, so all MAX_INFLIGHT slots were free at once.
             extra = [backend.enqueue()["id"] for _ in range(max_inflight)]
-            cluster.wait(lambda: all(f"tcab-run-{i}" in uids for i in extra), what="new runs after the kills")
+            cluster.wait(lambda: all(f"tcab-run-{i}" in uids for i in extra), timeout=60,
+                         what="new runs after the kills")
+            cluster.wait(lambda: all(f"tcab-run-{i}" in pods.started for i in extra), timeout=60,
+                         what="the extra runs' drivers running")
             assert all(state.get(f"tcab-run-{i}") for i in extra), "an extra run's Job finished: the proof is void"
             assert sum(state.values()) == max_inflight
             assert d.terminate() == 0
         finally:
             stop.set()
-            for t in threads:
-                t.join(timeout=30)
+            observer.join(timeout=30)
+            pods.stop()
             d.close()
-        assert not any(t.is_alive() for t in threads)
-        # A Job deleted for want of its token (a tombstone) never ran its driver: it is not a dispatch.
+        assert not observer.is_alive()
+        ran = {name: ids for name, ids in pods.started.items() if name.removeprefix("tcab-run-") in runs}
         assert {name: ids for name, ids in ran.items() if len(ids) > 1} == {}, "a run's driver ran twice"
-        assert refused == [], "a driver reported for a run that had already ended"
-        assert set(runs) <= {n.removeprefix("tcab-run-") for n in ran}
+        assert {pod: code for pod, code in pods.exits.items() if code != 0} == {}, \
+            "a driver failed (a report refused: its run had already ended)"
+        assert set(runs) == {n.removeprefix("tcab-run-") for n in ran}
+        assert all(len(backend.get(i)["reports"]) == 2 for i in runs), "a run reported other than running, succeeded"
         assert peak[0] <= max_inflight
 
 

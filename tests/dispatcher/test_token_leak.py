@@ -1,5 +1,5 @@
-"""No token leaks: the dispatcher as a real process, on the real control plane under the shipped Role,
-against the real reference backend (real HTTP, its SQLite file).
+"""No token leaks: the dispatcher as a real process, on the real control plane and node under the
+shipped Role, against the real reference backend (real HTTP, its SQLite file).
 
 Each case drives every path a token travels with a token made to leak (a
 newline, a carriage return, a quote, a backslash, non-ASCII between two
@@ -8,10 +8,11 @@ random halves, so that no half of it may be seen either):
   table, as a backend that minted it would): the run is refused, never
   given a Job, and the dispatcher goes on with the next run;
 - the read-back: a Job left by an earlier dispatcher whose Secret holds the
-  bad token; its driver dies; the token is not used (no header, no report);
-- the death report: a run with a good token whose driver's termination
-  message and an Event quote its token and the service token; the report
-  the backend stores carries neither.
+  bad token; its driver (run by the kubelet with that token) fails; the
+  token is not used (no header, no report);
+- the death report: a run with a good token whose driver's own termination
+  message quotes its token, and an Event quotes it and the service token;
+  the report the backend stores carries neither.
 Then: no half of the bad token in any log line, any stored report body, any
 Event or any non-Secret object in the namespace; no good token and no
 service token in any log line or report body.
@@ -48,7 +49,7 @@ def rbac_kubeconfig(control_plane: Any, namespace: str, api_client: kubernetes.c
 
 @pytest.fixture
 def ref() -> Iterator[proc.Backend]:
-    with proc.Backend() as b:
+    with proc.Backend(host=cluster.BACKEND_HOST) as b:
         yield b
 
 
@@ -97,19 +98,6 @@ def non_secret_objects(api: kubernetes.client.ApiClient, namespace: str) -> dict
     return found
 
 
-def fail_pod(api: kubernetes.client.ApiClient, namespace: str, pod: str, *, message: str) -> None:
-    """What a kubelet writes when the driver container ends with a termination message."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    kubernetes.client.CoreV1Api(api).patch_namespaced_pod_status(pod, namespace, {"status": {
-        "phase": "Failed",
-        "containerStatuses": [{
-            "name": "driver", "image": cluster.IMAGE, "imageID": "", "ready": False, "restartCount": 0,
-            "state": {"terminated": {"exitCode": 1, "reason": "Error", "message": message,
-                                     "startedAt": now, "finishedAt": now}},
-        }],
-    }})
-
-
 @pytest.mark.parametrize("kind", sorted(LEAKY))
 def test_a_token_made_to_leak_reaches_no_log_no_report_no_event_and_no_object(
         kind: str, api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str,
@@ -122,15 +110,15 @@ def test_a_token_made_to_leak_reaches_no_log_no_report_no_event_and_no_object(
                                 "TCAB_DISPATCHER_DRIVER_IMAGE": cluster.IMAGE, "TCAB_DISPATCHER_NAMESPACE": namespace})
 
     # An earlier dispatcher claimed `left` and made its Job; its Secret holds the bad token.
-    left = ref.enqueue()
+    left = ref.enqueue(launch_request=cluster.launch("fail"))
     code, claimed = ref.call("POST", "/jobs/next", {})
     assert (code, claimed["id"]) == (200, left["id"])
-    left_claim = backend_client.Claim(job_id=left["id"], token=left["token"], launch_request={})
+    left_claim = backend_client.Claim(job_id=left["id"], token=left["token"], launch_request=cluster.launch("fail"))
     left_job = batch.create_namespaced_job(namespace, jobspec.job(left_claim, config))
     core.create_namespaced_secret(namespace, {**jobspec.secret(left_claim, config, job_uid=left_job.metadata.uid),
                                               "stringData": {"token": bad}})
     # The backend hands out the bad token for `refused`; `fine` has a good one.
-    refused, fine = ref.enqueue(), ref.enqueue()
+    refused, fine = ref.enqueue(), ref.enqueue(launch_request=cluster.launch("leak", wait=True))
     set_token(ref, refused["id"], bad)
 
     d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=ref)
@@ -140,10 +128,9 @@ def test_a_token_made_to_leak_reaches_no_log_no_report_no_event_and_no_object(
             "run refused: its token is not a bearer token")), None), what="the refusal")
         assert refusal["job_id"] == refused["id"] and refusal["report_status"] == 200  # the backend took it
         fine_name, left_name = jobspec.job_name(fine["id"]), jobspec.job_name(left["id"])
-        fine_pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, fine_name), what="fine's pod")
-        left_pod = cluster.wait(lambda: cluster.driver_pod(api_client, namespace, left_name), what="left's pod")
 
-        # The driver's own words quote its token and the service token, and so does an Event.
+        # The driver's own words quote its token (its termination message); an Event quotes it and the
+        # service token.
         core.create_namespaced_event(namespace, {
             "metadata": {"name": f"leak-{uuid.uuid4().hex[:8]}"},
             "involvedObject": {"kind": "Job", "name": fine_name, "namespace": namespace},
@@ -152,13 +139,13 @@ def test_a_token_made_to_leak_reaches_no_log_no_report_no_event_and_no_object(
             "firstTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "lastTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         })
-        fail_pod(api_client, namespace, fine_pod.metadata.name,
-                 message=f"urllib3: Invalid header value b'Bearer {fine['token']}' service={ref.token}")
-        fail_pod(api_client, namespace, left_pod.metadata.name, message="driver: the backend refused my token")
-
-        cluster.wait(lambda: ref.get(fine["id"])["state"] == "failed", what="fine's death report")
+        fine_pod = cluster.wait(lambda: (p := cluster.driver_pod(api_client, namespace, fine_name)) and
+                                p.status.phase == "Running" and p, timeout=60, what="fine's driver Running")
+        cluster.release(api_client, namespace, fine_pod.metadata.name)  # it ends, quoting its token
+        cluster.wait(lambda: ref.get(fine["id"])["state"] == "failed", timeout=60, what="fine's death report")
         cluster.wait(lambda: any(line["message"].startswith("no token for the run") and line.get("job") == left_name
-                                 for line in d.lines()), what="left's report given up")
+                                 for line in d.lines()), timeout=60, what="left's report given up")
+        assert cluster.terminated(cluster.driver_pod(api_client, namespace, left_name)).exit_code == 3
         assert d.terminate() == 0
         lines, raw_log = d.lines(), d.text()
     finally:
@@ -174,7 +161,7 @@ def test_a_token_made_to_leak_reaches_no_log_no_report_no_event_and_no_object(
                for line in lines)
     # The good report went, with the driver's words redacted.
     error = ref.get(fine["id"])["reports"][0]["body"]["error"]
-    assert error["message"] == "urllib3: Invalid header value b'Bearer [redacted]' service=[redacted]"
+    assert error["message"] == "urllib3: Invalid header value b'Bearer [redacted]'"
     assert any(e["reason"] == "Leak" and "[redacted]" in e["message"] for e in error["events"])
     assert ref.get(left["id"])["reports"] == []
 
