@@ -43,7 +43,6 @@ guarantees, plus a `finally`).
 
 from __future__ import annotations
 
-import collections
 import pathlib
 import shutil
 import subprocess
@@ -56,24 +55,10 @@ from typing import Any
 import kubernetes.client
 
 from controller import admission
-from devcluster import harness, local, node as node_mod, runqueue, scenario, stack as stack_mod
-from dispatcher import jobspec
+from devcluster import demo_dispatch, demo_output, harness, local, node as node_mod, scenario, stack as stack_mod
 from toolkit import adapter, names, render, runtime_check
 
-_T0 = time.monotonic()
-
-
-class Failed(Exception):
-    """An expected outcome was not observed."""
-
-
-def say(text: str) -> None:
-    print(f"[{time.monotonic() - _T0:6.1f}s] {text}", flush=True)
-
-
-def expect(ok: object, what: str) -> None:
-    if not ok:
-        raise Failed(what)
+Failed, say, expect = demo_output.Failed, demo_output.say, demo_output.expect
 
 
 def _stage_runtime(low: scenario.Scenario, marks: pathlib.Path) -> None:
@@ -195,141 +180,6 @@ def _stage_plain(plain: scenario.Scenario) -> None:
     say(f"  released with A=2: epoch {plain.executions[-1].epoch} (was {plain.executions[-2].epoch})")
 
 
-HARNESSES = {"swe-bench": 3, "gpu-eval": 2}  # harness -> its max_parallel in the backend
-RUNS = {"swe-bench": 12, "gpu-eval": 8}
-MAX_INFLIGHT = 4  # the dispatcher's global cap, below the harnesses' 3 + 2
-DRIVER_IMAGE = "localhost/dispatch/driver:demo"  # kwok runs the pod; the demo plays the driver
-LOG_TAIL_LINES = 3
-SANDBOX_MANAGED_BY = "test-cabinet-driver"
-
-
-def _stage_dispatch(stack: stack_mod.Stack, namespace: str) -> None:
-    say(f"dispatch: the reference backend, {sum(RUNS.values())} runs under two harnesses "
-        f"({', '.join(f'{h} max {n}' for h, n in HARNESSES.items())}); the dispatcher, cap {MAX_INFLIGHT}")
-    with stack.plane.api_client() as api, runqueue.Backend() as backend:
-        core = kubernetes.client.CoreV1Api(api)
-        batch = kubernetes.client.BatchV1Api(api)
-        for harness_name, limit in HARNESSES.items():
-            backend.limit(harness_name, limit)
-        runs = {}
-        for harness_name, count in RUNS.items():
-            for i in range(count):
-                run = backend.enqueue(harness_name, {"task": f"{harness_name}/{i}"})
-                runs[run["id"]] = {**run, "harness": harness_name}
-        oom = next(iter(runs))  # the first swe-bench run: its driver is OOM-killed
-        runqueue.install_rbac(api, namespace)
-        kubeconfig = stack.plane.mint_kubeconfig(namespace=namespace, service_account=runqueue.DISPATCHER_SA)
-        d = runqueue.Dispatcher(kubeconfig=kubeconfig, namespace=namespace, backend=backend,
-                                driver_image=DRIVER_IMAGE, TCAB_DISPATCHER_MAX_INFLIGHT=str(MAX_INFLIGHT),
-                                TCAB_DISPATCHER_LOG_TAIL_LINES=str(LOG_TAIL_LINES),
-                                TCAB_DISPATCHER_LOG_LEVEL="info")
-        ok = False
-        try:
-            d.start()
-            peak, by_harness, seen_jobs = _drive(stack, core, batch, backend, runs, oom, namespace)
-            ok = True
-        finally:
-            stopped = d.terminate() if d.popen is not None and d.popen.poll() is None else None
-            d.close(show=not ok)
-        expect(stopped == 0, f"the dispatcher stops on SIGTERM with exit 0 (got {stopped})")
-        states = collections.Counter(backend.get(i)["state"] for i in runs)
-        expect(states == {"succeeded": len(runs) - 1, "failed": 1}, f"19 runs succeeded and 1 failed (got {states})")
-        expect(seen_jobs == {jobspec.job_name(i) for i in runs}, "exactly one driver Job per run")
-        expect(peak == MAX_INFLIGHT, f"the in-flight cap {MAX_INFLIGHT} was reached and held (peak {peak})")
-        for harness_name, limit in HARNESSES.items():
-            expect(by_harness[harness_name] <= limit,
-                   f"{harness_name} never had more than {limit} in flight (peak {by_harness[harness_name]})")
-        say(f"  all {len(runs)} runs done: {states['succeeded']} succeeded, {states['failed']} failed; "
-            f"one Job per run; peak in flight {peak} (cap {MAX_INFLIGHT}); per harness "
-            f"{', '.join(f'{h} {by_harness[h]}/{n}' for h, n in HARNESSES.items())}")
-        reports = [r for r in backend.get(oom)["reports"] if r["body"].get("status") == "failed"]
-        expect(len(reports) == 1, f"the OOM-killed driver's death was reported once (got {len(reports)})")
-        error = reports[0]["body"]["error"]
-        expect((error["reason"], error["exit_code"]) == ("OOMKilled", 137),
-               f"the report says OOMKilled, exit 137 (got {error['reason']}, {error['exit_code']})")
-        expect(error["log_tail"] == "step 41: loss 1.92\nallocating 80 GiB for the KV cache\nKilled\n",
-               f"the report quotes the last {LOG_TAIL_LINES} lines of the driver's log (got {error['log_tail']!r})")
-        say(f"  run {oom} reported failed: reason {error['reason']}, exit code {error['exit_code']}, "
-            f"log tail {error['log_tail']!r}")
-        pods = {p.metadata.name for p in core.list_namespaced_pod(namespace).items}
-        expect(f"sandbox-{oom}" not in pods, "the dead driver's sandbox pod was reaped")
-        say(f"  its orphaned sandbox pod sandbox-{oom} was reaped")
-
-
-def _drive(stack: stack_mod.Stack, core: Any, batch: Any, backend: runqueue.Backend, runs: dict[str, dict[str, str]],
-           oom: str, namespace: str) -> tuple[int, collections.Counter[str], set[str]]:
-    """Play the drivers until every run is done: each driver pod that kwok has Running reports
-    `running`, then `succeeded`, and exits 0; the OOM one starts a sandbox pod and is killed.
-    Returns the peak of unfinished Jobs, the peak per harness, and every Job name seen."""
-    by_job = {jobspec.job_name(i): i for i in runs}
-    peak, by_harness, seen, done = 0, collections.Counter[str](), set[str](), set[str]()
-    deadline = time.monotonic() + 180
-    while len(done) < len(runs):
-        expect(time.monotonic() < deadline, f"every run done within 180 s ({len(done)}/{len(runs)})")
-        stack.check_alive()
-        jobs = batch.list_namespaced_job(namespace, label_selector=jobspec.selector()).items
-        seen |= {j.metadata.name for j in jobs}
-        live = [j for j in jobs if j.metadata.name not in done and not _finished(j)]
-        peak = max(peak, len(live))
-        for harness_name, n in collections.Counter(runs[by_job[j.metadata.name]]["harness"] for j in live).items():
-            by_harness[harness_name] = max(by_harness[harness_name], n)
-        for job in live[:1]:  # one driver a tick, so the cap shows
-            pod = next(iter(core.list_namespaced_pod(
-                namespace, label_selector=f"batch.kubernetes.io/job-name={job.metadata.name}").items), None)
-            if pod is None or pod.status.phase != "Running":
-                continue
-            run = runs[by_job[job.metadata.name]]
-            if run["id"] == oom:
-                _oom(stack, core, backend, namespace, pod, run)
-            else:
-                backend.report(run, "running")
-                backend.report(run, "succeeded")
-                _exit(core, namespace, pod.metadata.name, 0, "Completed")
-            done.add(job.metadata.name)
-            if len(done) % 5 == 0:
-                say(f"  {len(done)}/{len(runs)} drivers done; {len(live) - 1} in flight")
-        time.sleep(0.2)
-    # The last report (the OOM one) and the reap happen after its pod ends.
-    wait_until(lambda: backend.get(oom)["state"] == "failed", "the OOM-killed run reported")
-    wait_until(lambda: f"sandbox-{oom}" not in {p.metadata.name for p in core.list_namespaced_pod(namespace).items},
-               "the sandbox pod reaped")
-    return peak, by_harness, seen
-
-
-def _oom(stack: stack_mod.Stack, core: Any, backend: runqueue.Backend, namespace: str, pod: Any,
-         run: dict[str, str]) -> None:
-    backend.report(run, "running")
-    core.create_namespaced_pod(namespace, {
-        "metadata": {"name": f"sandbox-{run['id']}", "labels": {
-            "test-cabinet/job-id": jobspec.job_id_label(run["id"]),
-            "app.kubernetes.io/managed-by": SANDBOX_MANAGED_BY}},
-        "spec": {"containers": [{"name": "sandbox", "image": scenario.IMAGE}]}})
-    wait_until(lambda: core.read_namespaced_pod(f"sandbox-{run['id']}", namespace).status.phase == "Running",
-               "the sandbox pod Running")
-    say(f"  run {run['id']}: its driver started sandbox-{run['id']}, then is OOM-killed")
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-    lines = ["step 40: loss 1.95", "step 41: loss 1.92", "allocating 80 GiB for the KV cache", "Killed"]
-    stack.driver_log.write_text("".join(f"{stamp}.{i:09d}Z stdout F {t}\n" for i, t in enumerate(lines)))
-    _exit(core, namespace, pod.metadata.name, 137, "OOMKilled")
-
-
-def _exit(core: Any, namespace: str, pod: str, code: int, reason: str) -> None:
-    """The driver container ends: kwok writes the terminated state a kubelet would."""
-    core.patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": {
-        stack_mod.EXIT_CODE_ANNOTATION: str(code), stack_mod.EXIT_REASON_ANNOTATION: reason}}})
-
-
-def _finished(job: Any) -> bool:
-    return any(c.type in ("Complete", "Failed") and c.status == "True" for c in (job.status.conditions or []))
-
-
-def wait_until(predicate: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        expect(time.monotonic() < deadline, f"{what} within {timeout:.0f} s")
-        time.sleep(0.2)
-
-
 def _table(jobs: list[tuple[str, scenario.Scenario]]) -> bool:
     header = ("TrainJob", "execution", "A", "J", "R", "DISPATCH_EPOCH", "DISPATCH_ATTEMPT", "verdict")
     rows: list[tuple[str, ...]] = []
@@ -378,7 +228,7 @@ def main() -> int:
             harness.create_namespace(api, namespace)
         say(f"cluster up: node {node_mod.NODE_NAME} Ready (kubelet + containerd), namespace {namespace}")
         jobs = _story(running, namespace, namespace, marks)
-        _stage_dispatch(running, namespace)
+        demo_dispatch.stage(running, namespace)
         ok = _table(jobs)
         if not ok:
             raise Failed("every execution's epoch is above its TrainJob's earlier ones, or the TrainJob is flagged")
