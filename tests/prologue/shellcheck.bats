@@ -17,3 +17,8 @@ setup() {
     tests/images/run.sh
   assert_output ''
 }
+
+@test "shellcheck: the test driver (images/test-driver/driver) is clean as POSIX sh" {
+  run -0 "$REPO/.venv/bin/shellcheck" -s sh "$REPO/images/test-driver/driver"
+  assert_output ''
+}
