@@ -95,6 +95,11 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     controllers = controllers or stack_mod.build_binaries()
     node_mod.preflight(bin_dirs=(plane_bin, controllers))
     lock = node_mod.host_lock(wait=NODE_WAIT_SECONDS if wait_for_node else 0)
+    try:
+        node_mod.check_ports()
+    except node_mod.NodeError:
+        os.close(lock)
+        raise
     plane = harness.ControlPlane(bin_dir=plane_bin, workdir=workdir, detach=detach, node_ip=node_mod.NODE_IP)
     running: stack_mod.Stack | None = None
     node: node_mod.Node | None = None

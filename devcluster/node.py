@@ -100,12 +100,34 @@ def _v1_hierarchies() -> list[pathlib.Path]:
     return sorted(set(found))
 
 
+def memory_controller(*, mountinfo: str, controllers: str | None) -> bool:
+    """Whether the kubelet finds a memory controller, from the text of /proc/self/mountinfo and
+    of /sys/fs/cgroup/cgroup.controllers (None when that file is absent): cgroup v2 with memory
+    among its controllers, or a mounted v1 hierarchy whose super options name memory. Pure, so
+    the refusal is tested on texts as well as on this host."""
+    if controllers is not None and "memory" in controllers.split():
+        return True
+    for line in mountinfo.splitlines():
+        _, _, right = line.partition(" - ")
+        fields = right.split()
+        if len(fields) >= 3 and fields[0] == "cgroup" and "memory" in fields[2].split(","):
+            return True
+    return False
+
+
+def _memory_controller_here() -> bool:
+    controllers = pathlib.Path("/sys/fs/cgroup/cgroup.controllers")
+    return memory_controller(mountinfo=pathlib.Path("/proc/self/mountinfo").read_text(),
+                             controllers=controllers.read_text() if controllers.exists() else None)
+
+
 def preflight(*, bin_dirs: tuple[pathlib.Path, pathlib.Path]) -> None:
-    """The reasons a node cannot start here, each one line, before anything is touched."""
+    """The reasons a node cannot start here, each one line, before anything is touched (the
+    kubelet's ports: `check_ports`, once the host's node slot is held)."""
     if os.geteuid() != 0:
         raise NodeError("a real node needs root (the kubelet and containerd manage mounts, cgroups and "
                         "network namespaces): run as root")
-    if cgroup_version() == 1 and not any("memory" in p.name.split(",") for p in _v1_hierarchies()):
+    if not _memory_controller_here():
         raise NodeError("no cgroup memory controller is mounted (neither cgroup v2 with memory nor a v1 "
                         "memory hierarchy): the kubelet cannot enforce limits")
     for tool in ("runc", "iptables", "ip", "podman"):
@@ -121,6 +143,12 @@ def preflight(*, bin_dirs: tuple[pathlib.Path, pathlib.Path]) -> None:
                             (controllers_bin, "ctr")):
         if not os.access(directory / name, os.X_OK):
             raise NodeError(f"{name} not found in {directory}: run `make controlplane controllers`")
+
+
+def check_ports() -> None:
+    """The kubelet's ports are free. Asked with the host's node slot held: before it, a port in
+    use is most likely the node of another cluster, which a test waits for and a person is told
+    about by `host_lock`."""
     for port in (KUBELET_PORT, KUBELET_HEALTHZ_PORT):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
