@@ -12,9 +12,10 @@ host's node slot (one node per host), a sweep of anything an earlier node left (
 SIGKILL), the node address, the control plane, the controllers on it, then the node; if any
 step fails, what it started is stopped and the host swept before the error goes on.
 
-Invariants: at most one cluster per state directory (a second `up` is refused while `pids.json`
-exists) and one node per host (devcluster/node.py's lock); `pids.json` is written only after
-every component is ready, and a failed `up` stops what it started; every refusal is one line
+Invariants: at most one cluster per state directory (a second `up` is refused while a process
+recorded in `pids.json` lives; with all of them dead it is a crashed cluster, cleaned up first)
+and one node per host (devcluster/node.py's lock); `pids.json` is written only after every
+component is ready, and a failed `up` stops what it started; every refusal is one line
 naming its cause (not root, no memory cgroup, a node port in use, podman or a binary missing, the
 cache or state directory not writable, a cluster already up).
 """
@@ -123,13 +124,21 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         raise
 
 
-def up() -> pathlib.Path:
-    """Start everything in the background; return the kubeconfig path.
+@dataclasses.dataclass(frozen=True)
+class Up:
+    kubeconfig: pathlib.Path
+    swept: list[str]  # what an earlier cluster had left on the host (a crash), removed first
 
+
+def up() -> Up:
+    """Start everything in the background; return the kubeconfig path and what was swept first.
+
+    A state dir whose recorded processes are all dead is an earlier cluster that crashed (or was
+    killed): it is removed, and `start` sweeps what that cluster left on the host.
     `<state>/bin/kubectl` links to the kubectl built with the control plane."""
     preflight()
     state = state_dir()
-    if (state / "pids.json").exists():
+    if (state / "pids.json").exists() and status().alive:
         raise ClusterError(f"a cluster is already up (KUBECONFIG={state / 'admin.kubeconfig'}); "
                            "run `toolkit cluster down` first")
     shutil.rmtree(state, ignore_errors=True)
@@ -148,7 +157,7 @@ def up() -> pathlib.Path:
     tmp = state / "pids.json.tmp"
     tmp.write_text(json.dumps(groups))
     tmp.replace(state / "pids.json")
-    return pathlib.Path(running.plane.kubeconfig)
+    return Up(kubeconfig=pathlib.Path(running.plane.kubeconfig), swept=list(running.swept))
 
 
 def status() -> Status:

@@ -35,9 +35,12 @@ def up_cmd() -> None:
     from the cluster's own Kubernetes release): `eval "$(toolkit cluster up)"` sets both."""
     local = _local()
     try:
-        kubeconfig = local.up()
+        started = local.up()
     except local.ClusterError as e:
         raise cli.with_context(click.ClickException(str(e))) from None
+    kubeconfig = started.kubeconfig
+    if started.swept:
+        click.echo(f"cleaned up after an earlier cluster first: {'; '.join(started.swept)}", err=True)
     click.echo(f"cluster up; logs in {kubeconfig.parent / 'logs'}; stop with `toolkit cluster down`", err=True)
     click.echo(f"export KUBECONFIG={kubeconfig}")
     click.echo(f'export PATH={kubeconfig.parent / "bin"}:"$PATH"')
