@@ -433,6 +433,15 @@ class Node:
         for proc in self._procs.values():
             proc.check_alive()
 
+    def restart(self, name: str) -> None:
+        """Stop one component (kubelet, kube-proxy) and start it again with the same command line.
+        Running pods keep running; a restarted kubelet finds them again, its in-memory state
+        (the ServiceAccount tokens it got for them, among it) starting empty."""
+        proc = self._procs[name]
+        proc.stop()
+        proc.start()
+        self._record_group(name, proc)
+
     def logs(self, *, lines: int = 60) -> str:
         return "\n".join(f"---- {name} ({p.log_path})\n{p.tail(lines)}" for name, p in self._procs.items())
 
