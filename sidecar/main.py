@@ -174,8 +174,10 @@ def run(config: settings.Settings) -> int:
 
 def _mark_started(path: str) -> bool:
     try:
-        with open(path, "w", encoding="ascii") as f:
-            f.write("1\n")
+        # Bytes: the sidecar image carries only the codecs its imports load, and a text file would
+        # look one up here, after the first check (LookupError, a crash loop on the real kubelet).
+        with open(path, "wb") as f:
+            f.write(b"1\n")
     except OSError as e:
         report.log("cannot mark the first check done", level="error", file=path, error=str(e))
         return False
