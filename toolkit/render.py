@@ -91,6 +91,10 @@ def trainjob(req: request_mod.StartRequest) -> Obj:
     }
 
 
+# The sidecar image's group (USER 65532:65532 in images/sidecar.Containerfile).
+SIDECAR_GID = 65532
+
+
 def _field_env(name: str, path: str) -> Obj:
     return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
 
@@ -115,11 +119,13 @@ def sidecar_container(*, image: str = names.SIDECAR_IMAGE, env: Sequence[Obj] = 
                          "periodSeconds": 1, "timeoutSeconds": 5, "failureThreshold": 120},
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
         # Least privilege: the sidecar image runs as a numeric non-root user (images/sidecar.Containerfile),
-        # so the kubelet can check runAsNonRoot before it starts it.
+        # so the kubelet can check runAsNonRoot before it starts it. The group is stated: the kubelet
+        # passes the image's uid on to the runtime but not its gid, and the process would run in group 0.
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
             "runAsNonRoot": True,
+            "runAsGroup": SIDECAR_GID,
             "seccompProfile": {"type": "RuntimeDefault"},
             "capabilities": {"drop": ["ALL"]},
         },
