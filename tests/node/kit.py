@@ -120,3 +120,21 @@ def cri_log(node: node_mod.Node, *, namespace: str, pod_name: str, container: st
         _, stream, _, text = line.split(" ", 3)
         lines.append((stream, text))
     return lines
+
+
+def describe(core: kubernetes.client.CoreV1Api, namespace: str) -> list[Any]:
+    """Each pod's phase, each container's state and restarts, and the tail of each log: for a
+    failure's message."""
+    found: list[Any] = []
+    for item in core.list_namespaced_pod(namespace).items:
+        pod_obj = dict(core.api_client.sanitize_for_serialization(item))
+        status = pod_obj.get("status") or {}
+        containers = []
+        for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+            try:
+                tail = log(core, namespace, pod_obj["metadata"]["name"], c["name"])[-300:]
+            except kubernetes.client.ApiException as e:
+                tail = f"(no log: {e.status})"
+            containers.append((c["name"], c.get("state"), c.get("restartCount"), tail))
+        found.append((pod_obj["metadata"]["name"], status.get("phase"), containers))
+    return found

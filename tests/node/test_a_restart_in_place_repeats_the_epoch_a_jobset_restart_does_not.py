@@ -164,7 +164,10 @@ def test_the_checked_runtime_restarts_through_jobset_with_a_new_epoch(api: kuber
             if printed(text, "DISPATCH_EPOCH"):
                 seen[pod["metadata"]["uid"]] = (pod, text)
         return len(seen) == 2
-    kit.wait("a failed execution, then one after the JobSet restart", both_ran, timeout=120)
+    try:
+        kit.wait("a failed execution, then one after the JobSet restart", both_ran, timeout=120)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; pods: {kit.describe(core, namespace)}") from None
     (tmp_path / "go").mkdir()
     last = max(seen.values(), key=lambda run: int(run[0]["metadata"]["labels"][names.RESTART_LABEL]))
     assert kit.finished(core, namespace, last[0]["metadata"]["name"])["status"]["phase"] == "Succeeded"
