@@ -1,0 +1,111 @@
+"""`toolkit cluster up` refuses, in one line naming the cause and before it touches the host, when
+it is not root, when the kubelet's port is taken, when podman is missing, and when no cgroup
+memory controller is there (a second `up` while a cluster runs: the up-and-down module).
+
+Each refusal is the real CLI in a subprocess under the condition made real: an unprivileged user
+(setpriv), a socket bound to 10250, a PATH without podman, a private mount namespace whose memory
+hierarchy (cgroup v1) or unified hierarchy (v2) is unmounted (unshare; the host's own mounts are
+not touched). The memory check is also a pure function of the mountinfo and cgroup.controllers
+texts, tested on this host's texts and on texts with the controller taken out.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from devcluster import node
+
+TOOLKIT = str(pathlib.Path(sys.executable).parent / "toolkit")
+REFUSAL = "toolkit cluster up: "
+
+
+def up(argv_prefix: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*argv_prefix, TOOLKIT, "cluster", "up"], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def refusal(done: subprocess.CompletedProcess[str]) -> str:
+    """The one refusal line (build scripts may have said `cached` before it); nothing after it."""
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.splitlines()
+    assert [line for line in lines if line.startswith(REFUSAL)] == lines[-1:], done.stderr
+    assert done.stdout == ""
+    return lines[-1]
+
+
+@pytest.fixture
+def env(tmp_path: pathlib.Path) -> dict[str, str]:
+    return {**os.environ, "DISPATCH_CLUSTER_STATE": str(tmp_path / "state")}
+
+
+def test_not_root(env: dict[str, str], tmp_path: pathlib.Path) -> None:
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    line = refusal(up(nobody, {**env, "HOME": str(tmp_path)}))
+    assert line == f"{REFUSAL}the local cluster runs a real node, which needs root: run as root"
+
+
+def test_podman_missing(env: dict[str, str], tmp_path: pathlib.Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    line = refusal(up([], {**env, "PATH": str(empty)}))
+    assert line == f"{REFUSAL}podman is not installed (run `make deps`)"
+
+
+@pytest.mark.cluster
+def test_a_node_port_in_use(env: dict[str, str]) -> None:
+    for _ in range(20):
+        # Bind the kubelet's port once no other cluster's node holds it (or the host's slot).
+        fd = os.open(node.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        taken.bind(("0.0.0.0", node.KUBELET_PORT))
+        taken.listen()
+        os.close(fd)
+        with taken:
+            done = up([], env)
+        if "a node of the local cluster is already running" not in done.stderr:
+            break
+    line = refusal(done)
+    assert line == (f"{REFUSAL}port {node.KUBELET_PORT} (the kubelet's) is in use on this host: "
+                    "is another kubelet running?")
+    assert not pathlib.Path(env["DISPATCH_CLUSTER_STATE"]).exists()
+
+
+@pytest.mark.cluster
+def test_no_cgroup_memory_controller(env: dict[str, str]) -> None:
+    mountinfo = pathlib.Path("/proc/self/mountinfo").read_text()
+    memory = [line.split()[4] for line in mountinfo.splitlines()
+              if (right := line.partition(" - ")[2].split())
+              and (right[0] == "cgroup2" or (right[0] == "cgroup" and "memory" in right[2].split(",")))]
+    assert memory, mountinfo  # preflight would refuse this host itself
+    hide = " && ".join(f"umount {point}" for point in memory)
+    line = refusal(up(["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{hide} && exec "$@"', "sh"],
+                      env))
+    assert line == (f"{REFUSAL}no cgroup memory controller is mounted (neither cgroup v2 with memory nor a v1 "
+                    "memory hierarchy): the kubelet cannot enforce limits")
+
+
+def test_the_memory_check_reads_mountinfo_and_cgroup_controllers() -> None:
+    mountinfo = pathlib.Path("/proc/self/mountinfo").read_text()
+    controllers_file = pathlib.Path("/sys/fs/cgroup/cgroup.controllers")
+    controllers = controllers_file.read_text() if controllers_file.exists() else None
+    assert node.memory_controller(mountinfo=mountinfo, controllers=controllers)  # this host
+    v1 = ("35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+          "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n")
+    assert node.memory_controller(mountinfo=v1, controllers=None)
+    assert not node.memory_controller(mountinfo=v1.splitlines()[1], controllers=None)
+    # A directory named memory is not the controller: the super options say which it is.
+    assert not node.memory_controller(
+        mountinfo="35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,name=memory\n", controllers=None)
+    v2 = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    assert node.memory_controller(mountinfo=v2, controllers="cpuset cpu io memory hugetlb pids\n")
+    assert not node.memory_controller(mountinfo=v2, controllers="hugetlb\n")  # seen on this host kind's v2
+    assert not node.memory_controller(mountinfo=v2 + v1.splitlines()[1], controllers="")
