@@ -561,15 +561,34 @@ class ControlPlane:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def stop_apiserver(self) -> None:
-        self._procs["kube-apiserver"].stop()
+        self.stop_component("kube-apiserver")
 
     def start_apiserver(self) -> None:
         """Start kube-apiserver again, same port, same etcd, same keys; wait for /readyz."""
-        proc = self._procs["kube-apiserver"]
+        self.start_component("kube-apiserver")
+
+    def stop_component(self, name: str) -> None:
+        """Stop one of etcd, kube-apiserver, kube-controller-manager, kube-scheduler (SIGTERM, then
+        SIGKILL after the grace period); its data (etcd's directory) stays."""
+        self._procs[name].stop()
+
+    def start_component(self, name: str) -> None:
+        """Run a stopped component again with its own command line (same ports, data and keys) and
+        wait until it answers: etcd's /health, the apiserver's /readyz; the controller manager and
+        the scheduler serve nothing to ask, so for them: still running after a moment."""
+        proc = self._procs[name]
         if proc.popen is not None:
-            raise HarnessError("kube-apiserver is already running")
+            raise HarnessError(f"{name} is already running")
         proc.start()
-        self._wait_apiserver()
+        if name == "etcd":
+            self._wait_http("etcd", f"{self.etcd_url}/health", context=None)
+            if self._procs["kube-apiserver"].popen is not None:
+                self._wait_apiserver()  # back on its storage
+        elif name == "kube-apiserver":
+            self._wait_apiserver()
+        else:
+            time.sleep(1.0)
+            proc.check_alive()
 
     # -- waiting -----------------------------------------------------------
 

@@ -146,6 +146,7 @@ class Stack:
         self.workdir = pathlib.Path(plane.workdir) / "e2e"
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._procs: dict[str, harness._Process] = {}
+        self._health: dict[str, int] = {}  # name -> its readyz port, for a restart's wait
         self.started: list[tuple[str, int]] = []  # (name, process group id), kept after stop()
         self._webhooks: list[dict[str, Any]] = []
         self.cert_dir = self.workdir / "webhook-certs"
@@ -209,6 +210,96 @@ class Stack:
         if self.node is not None:
             self.node.check_alive()
 
+    # -- faults (tests/faults) ---------------------------------------------
+
+    def names(self) -> list[str]:
+        """The processes this stack runs now (not the node's)."""
+        return [name for name, p in self._procs.items() if p.popen is not None]
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send SIG to the process's group. SIGKILL also reaps it (it is then stopped: `start_process`
+        runs it again); SIGSTOP and SIGCONT leave it as it is."""
+        proc = self._procs[name]
+        if proc.popen is None:
+            raise harness.HarnessError(f"{name} is not running")
+        os.killpg(proc.popen.pid, sig)
+        if sig == signal.SIGKILL:
+            proc.popen.wait()
+            proc.popen = None
+
+    def stop_process(self, name: str) -> None:
+        """Stop one process (SIGTERM, then SIGKILL after the grace period)."""
+        self._procs[name].stop()
+
+    def start_process(self, name: str, *, wait: bool = True) -> None:
+        """Run a stopped process again with its own command line, ports and configuration; with
+        WAIT, return once its readyz answers 200. Its webhook configurations stayed installed, as a
+        Deployment's do while its pod restarts."""
+        proc = self._procs[name]
+        if proc.popen is not None:
+            raise harness.HarnessError(f"{name} is already running")
+        proc.start()
+        assert proc.popen is not None
+        self.started.append((name, proc.popen.pid))
+        if wait and name in self._health:
+            self._wait_ready(name, self._health[name])
+
+    def restart(self, name: str) -> None:
+        self.stop_process(name)
+        self.start_process(name)
+
+    def pid(self, name: str) -> int | None:
+        proc = self._procs[name]
+        return proc.popen.pid if proc.popen is not None else None
+
+    def health_port(self, name: str) -> int:
+        return self._health[name]
+
+    def start_dispatch_replicas(self, replicas: int = 2, *, lease_namespace: str = "dispatch-system") -> list[str]:
+        """Our controller as the shipped Deployment runs it (deployments/k8s/base/controller): REPLICAS
+        processes with leader election on the Lease `dispatch-controller`, the lease timings at their
+        defaults. The single `dispatch-controller` (no leader election) must be stopped first. Returns
+        the processes' names once every one is live and one of them is ready (leading)."""
+        if self._procs.get("dispatch-controller") is not None and self._procs["dispatch-controller"].popen:
+            raise harness.HarnessError("stop dispatch-controller first: it runs without leader election")
+        with self.plane.api_client() as api:
+            try:
+                kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": lease_namespace}})
+            except kubernetes.client.ApiException as e:
+                if e.status != 409:
+                    raise
+        started = []
+        for i in range(replicas):
+            name = f"dispatch-controller-{i}"
+            health = harness.free_port()
+            self._health[name] = health
+            self._run(name, self._controller_argv(health, "--leader-elect", f"--lease-namespace={lease_namespace}"),
+                      env={"HOME": str(self.workdir), "PYTHONPATH": str(HERE.parent), "HOSTNAME": name})
+            started.append(name)
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            for name in started:
+                self._procs[name].check_alive()
+            if self.leaders(started):
+                return started
+            time.sleep(0.2)
+        raise harness.HarnessError(f"no replica of our controller became ready in {READY_TIMEOUT_SECONDS}s")
+
+    def leaders(self, candidates: list[str]) -> list[str]:
+        """Which of these running processes answer readyz 200 (our controller: the leader)."""
+        found = []
+        for name in candidates:
+            if self._procs[name].popen is None:
+                continue
+            try:
+                url = f"http://127.0.0.1:{self._health[name]}/readyz"
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        found.append(name)
+            except (urllib.error.URLError, OSError):
+                pass
+        return found
+
     # -- pieces ------------------------------------------------------------
 
     def _certs(self) -> None:
@@ -229,6 +320,7 @@ class Stack:
         return proc
 
     def _wait_ready(self, name: str, health_port: int) -> None:
+        self._health[name] = health_port
         url = f"http://127.0.0.1:{health_port}/readyz"
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         last = ""
@@ -371,13 +463,17 @@ class Stack:
     def _start_dispatch_controller(self) -> None:
         """Our admission-check controller and reset detector (`toolkit controller`)."""
         health = harness.free_port()
-        # The `toolkit controller` command itself, called as a click command.
-        self._run("dispatch-controller", [
-            sys.executable, "-c", "import sys; from toolkit import cli_cluster; cli_cluster.controller_cmd(sys.argv[1:])",
-            f"--kubeconfig={self.plane.kubeconfig}", "--no-leader-elect",
-            "--health-host=127.0.0.1", f"--health-port={health}", "--workers=2",
-        ], env={"HOME": str(self.workdir), "PYTHONPATH": str(HERE.parent)})
+        self._run("dispatch-controller", self._controller_argv(health, "--no-leader-elect"),
+                  env={"HOME": str(self.workdir), "PYTHONPATH": str(HERE.parent)})
         self._wait_ready("dispatch-controller", health)
+
+    def _controller_argv(self, health: int, *extra: str) -> list[str]:
+        # The `toolkit controller` command itself, called as a click command.
+        return [
+            sys.executable, "-c", "import sys; from toolkit import cli_cluster; cli_cluster.controller_cmd(sys.argv[1:])",
+            f"--kubeconfig={self.plane.kubeconfig}", *extra,
+            "--health-host=127.0.0.1", f"--health-port={health}", "--workers=2",
+        ]
 
     def add_node(self, api: kubernetes.client.ApiClient, name: str, *, cpu: str = "8", memory: str = "16Gi",
                  timeout: float = 30.0) -> None:
