@@ -133,16 +133,47 @@ def _story(stack: stack_mod.Stack, namespace: str, suffix: str,
             low.run(pod)
         cause = f"JobSet UID {new['metadata']['uid']} is not the recorded {old_uid}: J may have been reset"
         low.wait("the foreign flag", lambda: cause in (low.foreign() or "").split("\n"))
+        low.flagged = low.foreign()
         say(f"  flagged foreign: {cause}")
         _sidecar_reports(low, pods[0])
         status = adapter.status(low.client, namespace=namespace, name=low.name)
         expect(status.foreign, "toolkit status reports the TrainJob foreign")
         expect(not low.trainjob()["spec"].get("suspend"), "nothing was stopped: the TrainJob is not suspended")
         say("  nothing stopped: the TrainJob still runs; recovery is a person's call")
+        _stage_adopt(low)
 
         plain = scenario.Scenario(stack, api, namespace, service_account=False)
         _stage_plain(plain)
         return [(low.name, low), (high.name, high), (plain.name, plain)]
+
+
+ADOPT_REASON = "JobSet deleted by hand during maintenance; checkpoints verified"
+
+
+def _stage_adopt(low: scenario.Scenario) -> None:
+    """A person's decision: `toolkit adopt` clears the flag and sets the next execution above the
+    high-water mark of R; Kueue evicts and re-admits the TrainJob through our check, which raises A
+    to that minimum; the next execution's epoch is above every earlier one."""
+    say(f"adopt: toolkit adopt {low.name} --reason {ADOPT_REASON!r}")
+    ran = _toolkit(low, "adopt", low.name, "-n", low.namespace, "--reason", ADOPT_REASON)
+    expect(ran.returncode == 0, f"toolkit adopt succeeds (exit {ran.returncode}: {ran.stderr.strip()})")
+    for line in ran.stdout.strip().splitlines():
+        say(f"  {line}")
+    expect(not low.foreign(), "the foreign flag is cleared")
+    highest = max(int(e.epoch or 0) for e in low.executions)
+    pods = low.new_pods()
+    for pod in pods:
+        low.run(pod)
+    epoch = int(low.executions[-1].epoch or 0)
+    expect(epoch > highest, f"the next execution's epoch {epoch} is above every earlier one ({highest})")
+    say(f"  re-admitted through our check: epoch {epoch}, above every earlier one ({highest})")
+
+
+def _toolkit(sc: scenario.Scenario, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `toolkit` command of this installation, against the demo's cluster."""
+    command = pathlib.Path(sys.executable).parent / "toolkit"
+    return subprocess.run([str(command), *args, "--kubeconfig", sc.stack.plane.kubeconfig], capture_output=True,
+                          text=True, timeout=120, check=False)
 
 
 def _sidecar_reports(low: scenario.Scenario, pod: dict[str, Any]) -> None:
@@ -185,7 +216,7 @@ def _table(jobs: list[tuple[str, scenario.Scenario]]) -> bool:
     rows: list[tuple[str, ...]] = []
     ok = True
     for name, sc in jobs:
-        flagged = sc.foreign()
+        flagged = sc.foreign() or sc.flagged
         for i, e in enumerate(sc.executions):
             a, j = (e.attempt or "").rsplit(".", 2)[-2:]
             earlier = sc.executions[:i]
@@ -230,6 +261,11 @@ def main() -> int:
         jobs = _story(running, namespace, namespace, marks)
         demo_dispatch.stage(running, namespace)
         ok = _table(jobs)
+        low = jobs[0][1]
+        say(f"toolkit executions {low.name}: what the controller recorded on the TrainJob")
+        shown = _toolkit(low, "executions", low.name, "-n", low.namespace)
+        expect(shown.returncode == 0, f"toolkit executions succeeds ({shown.stderr.strip()})")
+        print(shown.stdout)
         if not ok:
             raise Failed("every execution's epoch is above its TrainJob's earlier ones, or the TrainJob is flagged")
         say("demo: every expected outcome observed")

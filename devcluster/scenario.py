@@ -133,6 +133,7 @@ class Scenario:
         self.executions: list[Execution] = []
         self.flag_at_run: list[str | None] = []  # the foreign annotation when each execution was first seen
         self.seen_pods: set[str] = set()
+        self.flagged: str | None = None  # the foreign flag once seen (it stays known after an adopt clears it)
         # The sidecar's ServiceAccount, Role and RoleBinding, as deployments/k8s/base/sidecar ships them
         # (once per namespace: a second scenario in it finds them there).
         if service_account:

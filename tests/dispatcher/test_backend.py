@@ -67,7 +67,9 @@ def test_the_loop_waits_out_a_claims_retry_after(ref: proc.Backend) -> None:
 
 
 def report_once(d: app.Dispatcher, pending: report.Report) -> None:
+    """One step of PENDING as the loop runs it: begin on the loop's thread, step, then settle."""
     future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    pending.begin(d)
     future.set_result(pending.step(d))
     d._stepped(pending, future)
 

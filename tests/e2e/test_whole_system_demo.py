@@ -27,18 +27,24 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule() -> None
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("TrainJob "))
-    rows = [line.split(None, 7) for line in lines[start + 2:] if line.strip() and not line.startswith("[")]
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("["))
+    rows = [line.split(None, 7) for line in lines[start + 2:end] if line.strip()]
     by_job: dict[str, list[list[str]]] = {}
     for row in rows:
         by_job.setdefault(row[0], []).append(row)
     assert len(by_job) == 3, rows
     low = next(r for job, r in by_job.items() if job.startswith("llama-ft"))
-    # admission, JobSet restart, re-admission, the reset's repeat
-    assert [(r[2], r[3]) for r in low] == [(low[0][2], "0"), (low[0][2], "1"), (low[2][2], "1"), (low[2][2], "0")]
+    # admission, JobSet restart, re-admission, the reset's repeat, the execution after `toolkit adopt`
+    assert [(r[2], r[3]) for r in low] == [(low[0][2], "0"), (low[0][2], "1"), (low[2][2], "1"), (low[2][2], "0"),
+                                           (low[4][2], "0")]
     epochs = [int(r[5]) for r in low]
     assert epochs[0] < epochs[1] < epochs[2], epochs
     assert int(low[2][2]) > int(low[0][2])  # A raised again at re-admission
     assert epochs[3] in epochs[:3] and low[3][7] == "repeats an earlier identity: flagged foreign", low[3]
+    assert epochs[4] > max(epochs[:4]) and low[4][7] == "ok: epoch above every earlier one", low[4]
+    # The controller's own record, as `toolkit executions` prints it: the adoption and the high-water mark.
+    assert any(line.startswith("adopted ") and "JobSet deleted by hand" in line for line in lines), lines
+    assert f"high-water R: {int(low[4][4])}" in lines, lines
     plain = next(r for job, r in by_job.items() if job.startswith("sweep"))
     assert [(r[2], r[3]) for r in plain] == [("1", "0"), ("2", "0")]  # open, then hold and release
     assert int(plain[0][5]) < int(plain[1][5])
@@ -53,6 +59,6 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule() -> None
     done = next(line for line in lines if "all 20 runs done:" in line)
     assert "19 succeeded, 1 failed; one Job per run; peak in flight 4 (cap 4)" in done, done
     assert "swe-bench 3/3, gpu-eval 2/2" in done, done
-    assert any("reported failed: reason OOMKilled, exit code 137, log tail 'step 41" in line for line in lines), lines
+    assert any("reported failed: reason OOMKilled, exit code 137, log tail 'step 40" in line for line in lines), lines
     assert any("its orphaned sandbox pod sandbox-" in line and line.endswith("was reaped") for line in lines), lines
     assert "refused as expected: spec.template.spec.failurePolicy.restartStrategy" in proc.stdout
