@@ -94,8 +94,13 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     On any failure, stops what it started and sweeps the host, then re-raises."""
     plane_bin = plane_bin or harness.build_binaries()
     controllers = controllers or stack_mod.build_binaries()
-    node_mod.preflight(bin_dirs=(plane_bin, controllers))
+    # The slot first: another cluster's kubelet holds the node's ports until it is done with them.
     lock = node_mod.host_lock(wait=NODE_WAIT_SECONDS if wait_for_node else 0)
+    try:
+        node_mod.preflight(bin_dirs=(plane_bin, controllers))
+    except BaseException:
+        os.close(lock)
+        raise
     try:
         node_mod.check_ports()
     except node_mod.NodeError:

@@ -342,9 +342,10 @@ def sweep() -> list[str]:
     if _link_exists(BRIDGE):
         found.append(f"the bridge {BRIDGE}")
         _run("ip", "link", "delete", BRIDGE, check=False)
-    before = {tuple(c.split("/", 1)) for c in record.get("chains_before") or []}
-    chains = [c for c in _iptables_chains() if c not in before]
-    if chains and record.get("iptables_touched"):
+    # Every KUBE- chain is a node's: the node is the host's only one (preflight refuses a host whose
+    # kubelet port is taken), so chains left by any earlier node, swept or not, go too.
+    chains = _iptables_chains()
+    if chains:
         found.append(f"{len(chains)} KUBE- iptables chains")
         kube_proxy = record.get("kube_proxy")
         _remove_chains(chains, pathlib.Path(kube_proxy) if kube_proxy else None)
@@ -369,8 +370,7 @@ def prepare_host() -> None:
     """Record, then make, the host changes the control plane needs before it starts: the node
     address on lo (the apiserver binds to it). Callers hold `host_lock` and have swept."""
     record = {"sysctls": {k: (pathlib.Path("/proc/sys") / k).read_text().strip() for k in KUBELET_SYSCTLS},
-              "address_added": True, "groups": {},
-              "chains_before": [f"{t}/{c}" for t, c in _iptables_chains()]}
+              "address_added": True, "groups": {}}
     _write_record(record)
     if NODE_IP not in _run("ip", "-4", "addr", "show", "dev", "lo").stdout:
         _run("ip", "addr", "add", f"{NODE_IP}/32", "dev", "lo")

@@ -4,6 +4,11 @@ Kueue controllers do not run: a TrainJob carrying our runtime-patch entry
 Workload status writes Kueue makes on quota reservation and on eviction. All
 go through the real apiserver. bench/controller plays Kueue with these, and
 so do the adapter's cluster tests (tests/adapter/kit.py).
+
+The TrainJob names a TrainingRuntime in its own namespace (RUNTIME), made
+compliant (§5) by the renderer and created with it (`ensure_runtime`): open,
+release and the admission check read the runtime again at each admission, and
+refuse a TrainJob whose runtime is missing or unfit.
 """
 
 from __future__ import annotations
@@ -12,10 +17,11 @@ import datetime
 import uuid
 from typing import Any
 
-from toolkit import kube, names, paths, raising
+from toolkit import kube, names, paths, raising, render
 
 Obj = dict[str, Any]
 CHECK_CONTROLLER = "dispatch.phpboyscout.uk/admission-check"
+RUNTIME = "torch-distributed"
 
 
 def now() -> str:
@@ -26,7 +32,7 @@ def trainjob_body(name: str, *, suspend: bool = True, admission: int = 0) -> Obj
     return {
         "metadata": {"name": name},
         "spec": {
-            "runtimeRef": {"name": "torch-distributed"},
+            "runtimeRef": {"apiGroup": names.TRAINER_GROUP, "kind": "TrainingRuntime", "name": RUNTIME},
             "suspend": suspend,
             "trainer": {
                 "image": "busybox",
@@ -42,8 +48,29 @@ def trainjob_body(name: str, *, suspend: bool = True, admission: int = 0) -> Obj
     }
 
 
+def runtime_body(name: str = RUNTIME) -> Obj:
+    """A TrainingRuntime that §5 accepts (the renderer's own fields)."""
+    pod_spec: Obj = {"containers": [{"name": "node", "image": "busybox"}]}
+    return render.runtime({
+        "apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {"replicatedJobs": [
+            {"name": "node", "replicas": 1, "template": {"spec": {"template": {"spec": pod_spec}}}}
+        ]}}},
+    })
+
+
+def ensure_runtime(client: kube.Client, namespace: str) -> Obj:
+    try:
+        return client.create(paths.TRAINING_RUNTIME, runtime_body(), namespace=namespace)
+    except kube.AlreadyExists:
+        return client.get(paths.TRAINING_RUNTIME, name=RUNTIME, namespace=namespace)
+
+
 def create_trainjob(client: kube.Client, namespace: str, name: str | None = None, **kw: Any) -> Obj:
     name = name or f"tj-{uuid.uuid4().hex[:6]}"
+    ensure_runtime(client, namespace)
     return client.create(paths.TRAINJOB, trainjob_body(name, **kw), namespace=namespace)
 
 

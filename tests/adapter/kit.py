@@ -8,11 +8,10 @@ so these tests do not depend on the renderer; start's own test uses the
 renderer.
 
 The TrainJob, the Workload and Kueue's status writes live in
-devcluster/objects.py, which bench/controller uses too; they are named here
-as well so that a test reads every helper from one place. Here the TrainJob
-names a TrainingRuntime in the test's namespace, made compliant (§5) by the
-renderer, because open, release and the admission check read the runtime
-again: a test that edits it edits only its own."""
+devcluster/objects.py, which bench/controller uses too (with the compliant
+TrainingRuntime each TrainJob names, in its own namespace: a test that edits
+it edits only its own); they are named here as well so that a test reads
+every helper from one place."""
 
 from __future__ import annotations
 
@@ -26,39 +25,11 @@ from toolkit import kube, names, paths, render
 Obj = objects.Obj
 CHECK_CONTROLLER = objects.CHECK_CONTROLLER
 now = objects.now
-RUNTIME = "torch-distributed"
-
-
-def trainjob_body(name: str, **kw: Any) -> Obj:
-    body = objects.trainjob_body(name, **kw)
-    body["spec"]["runtimeRef"] = {"apiGroup": names.TRAINER_GROUP, "kind": "TrainingRuntime", "name": RUNTIME}
-    return body
-
-
-def runtime_body(name: str = RUNTIME) -> Obj:
-    """A TrainingRuntime that §5 accepts (the renderer's own fields)."""
-    pod_spec: Obj = {"containers": [{"name": "node", "image": "busybox"}]}
-    return render.runtime({
-        "apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}",
-        "kind": "TrainingRuntime",
-        "metadata": {"name": name},
-        "spec": {"template": {"spec": {"replicatedJobs": [
-            {"name": "node", "replicas": 1, "template": {"spec": {"template": {"spec": pod_spec}}}}
-        ]}}},
-    })
-
-
-def ensure_runtime(client: kube.Client, namespace: str) -> Obj:
-    try:
-        return client.create(paths.TRAINING_RUNTIME, runtime_body(), namespace=namespace)
-    except kube.AlreadyExists:
-        return client.get(paths.TRAINING_RUNTIME, name=RUNTIME, namespace=namespace)
-
-
-def create_trainjob(client: kube.Client, namespace: str, name: str | None = None, **kw: Any) -> Obj:
-    name = name or f"tj-{uuid.uuid4().hex[:6]}"
-    ensure_runtime(client, namespace)
-    return client.create(paths.TRAINJOB, trainjob_body(name, **kw), namespace=namespace)
+RUNTIME = objects.RUNTIME
+trainjob_body = objects.trainjob_body
+runtime_body = objects.runtime_body
+ensure_runtime = objects.ensure_runtime
+create_trainjob = objects.create_trainjob
 owner = objects.owner
 create_admission_check = objects.create_admission_check
 create_workload = objects.create_workload

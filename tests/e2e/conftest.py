@@ -36,11 +36,14 @@ _live: list[stack_mod.Stack] = []
 _started: list[tuple[str, int]] = []
 
 
-def _quiet_host() -> dict[str, object]:
+def _quiet_host(*, sweep: bool = False) -> dict[str, object]:
     """The host as no node leaves it: read while holding the host's node slot, so another suite's
-    node (a parallel run on the same host) is not mistaken for ours."""
+    node (a parallel run on the same host) is not mistaken for ours; SWEEP first what an earlier,
+    killed run left (so that only this run is judged)."""
     lock = node_mod.host_lock(wait=local.NODE_WAIT_SECONDS)
     try:
+        if sweep:
+            node_mod.sweep()
         return node_mod.host_snapshot()
     finally:
         os.close(lock)
@@ -48,7 +51,7 @@ def _quiet_host() -> dict[str, object]:
 
 @pytest.fixture(scope="session", autouse=True)
 def leaves_nothing_running() -> Iterator[None]:
-    before = _quiet_host()
+    before = _quiet_host(sweep=True)
     yield
     left = stack_mod.still_running(_started)
     after = _quiet_host()
