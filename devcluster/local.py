@@ -189,10 +189,16 @@ def down() -> bool:
         for pgid in reversed(list(json.loads(pids_file.read_text()).values())):
             harness._kill_group(pgid)
     if os.geteuid() == 0:
-        lock = node_mod.host_lock(wait=30)
         try:
-            node_mod.sweep()
-        finally:
-            os.close(lock)
+            lock = node_mod.host_lock(wait=30)
+        except node_mod.NodeError:
+            # Another cluster's node took the slot once ours was dead: it swept the host before it
+            # started (`start`), and its own state is not ours to sweep.
+            lock = -1
+        if lock >= 0:
+            try:
+                node_mod.sweep()
+            finally:
+                os.close(lock)
     shutil.rmtree(state, ignore_errors=True)
     return was_up
