@@ -138,3 +138,14 @@ def describe(core: kubernetes.client.CoreV1Api, namespace: str) -> list[Any]:
             containers.append((c["name"], c.get("state"), c.get("restartCount"), tail))
         found.append((pod_obj["metadata"]["name"], status.get("phase"), containers))
     return found
+
+
+def refusal(done: subprocess.CompletedProcess[str], *, command: str = "toolkit cluster up") -> str:
+    """The one line a refused CLI command printed (the build scripts may say `cached` before it):
+    exit 1, nothing on stdout, no traceback, one line naming the command, and nothing after it."""
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.splitlines()
+    assert [line for line in lines if line.startswith(f"{command}: ")] == lines[-1:], done.stderr
+    assert done.stdout == ""
+    return lines[-1]

@@ -21,6 +21,7 @@ import sys
 import pytest
 
 from devcluster import node
+from tests.node import kit
 
 TOOLKIT = str(pathlib.Path(sys.executable).parent / "toolkit")
 REFUSAL = "toolkit cluster up: "
@@ -31,16 +32,6 @@ def up(argv_prefix: list[str], env: dict[str, str]) -> subprocess.CompletedProce
                           timeout=300, check=False)
 
 
-def refusal(done: subprocess.CompletedProcess[str]) -> str:
-    """The one refusal line (build scripts may have said `cached` before it); nothing after it."""
-    assert done.returncode == 1, (done.returncode, done.stderr)
-    assert "Traceback" not in done.stderr, done.stderr
-    lines = done.stderr.splitlines()
-    assert [line for line in lines if line.startswith(REFUSAL)] == lines[-1:], done.stderr
-    assert done.stdout == ""
-    return lines[-1]
-
-
 @pytest.fixture
 def env(tmp_path: pathlib.Path) -> dict[str, str]:
     return {**os.environ, "DISPATCH_CLUSTER_STATE": str(tmp_path / "state")}
@@ -48,14 +39,14 @@ def env(tmp_path: pathlib.Path) -> dict[str, str]:
 
 def test_not_root(env: dict[str, str], tmp_path: pathlib.Path) -> None:
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    line = refusal(up(nobody, {**env, "HOME": str(tmp_path)}))
+    line = kit.refusal(up(nobody, {**env, "HOME": str(tmp_path)}))
     assert line == f"{REFUSAL}the local cluster runs a real node, which needs root: run as root"
 
 
 def test_podman_missing(env: dict[str, str], tmp_path: pathlib.Path) -> None:
     empty = tmp_path / "bin"
     empty.mkdir()
-    line = refusal(up([], {**env, "PATH": str(empty)}))
+    line = kit.refusal(up([], {**env, "PATH": str(empty)}))
     assert line == f"{REFUSAL}podman is not installed (run `make deps`)"
 
 
@@ -73,7 +64,7 @@ def test_a_node_port_in_use(env: dict[str, str]) -> None:
             done = up([], env)
         if "a node of the local cluster is already running" not in done.stderr:
             break
-    line = refusal(done)
+    line = kit.refusal(done)
     assert line == (f"{REFUSAL}port {node.KUBELET_PORT} (the kubelet's) is in use on this host: "
                     "is another kubelet running?")
     assert not pathlib.Path(env["DISPATCH_CLUSTER_STATE"]).exists()
@@ -87,7 +78,7 @@ def test_no_cgroup_memory_controller(env: dict[str, str]) -> None:
               and (right[0] == "cgroup2" or (right[0] == "cgroup" and "memory" in right[2].split(",")))]
     assert memory, mountinfo  # preflight would refuse this host itself
     hide = " && ".join(f"umount {point}" for point in memory)
-    line = refusal(up(["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{hide} && exec "$@"', "sh"],
+    line = kit.refusal(up(["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{hide} && exec "$@"', "sh"],
                       env))
     assert line == (f"{REFUSAL}no cgroup memory controller is mounted (neither cgroup v2 with memory nor a v1 "
                     "memory hierarchy): the kubelet cannot enforce limits")
