@@ -164,8 +164,10 @@ class Dispatcher:
         else:
             return
         for change in changes:
-            log.info("driver job ended without finishing" if change.kind == "vanished" else "driver job failed",
-                     extra=logs.fields(job=change.name, job_id=change.job_id, unfinished=self.ledger.unfinished()))
+            # Debug, not info: the report's own line ("death reported", or the warning or error that
+            # stops it) says the same with the cause and the outcome, one info line per death, not two.
+            log.debug("driver job ended without finishing" if change.kind == "vanished" else "driver job failed",
+                      extra=logs.fields(job=change.name, job_id=change.job_id, unfinished=self.ledger.unfinished()))
             self.reports.setdefault(change.name, report.Death(change.name, change.job_id, cause=change.kind,
                                                               job=change.job))
             self.reaps.setdefault(change.name, reap.Reap(change.name, change.job_id, due=now + REAP_GATHER_SECONDS))

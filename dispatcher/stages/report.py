@@ -98,7 +98,7 @@ class Report(task.Task):
         answer = d.backend.report(job_id=self.job_id, token=token, body=self.body)
         outcome = answer.outcome
         error = self.body.get("error") or {}
-        extra = logs.fields(**self._fields(), outcome=outcome.value, http_status=answer.status,
+        extra = logs.fields(**self._fields(), cause=self.kind, outcome=outcome.value, http_status=answer.status,
                             reason=error.get("reason"), exit_code=error.get("exit_code"), attempt=self.attempts + 1)
         if outcome is backend.Outcome.RETRY:
             self.retry_after = answer.retry_after

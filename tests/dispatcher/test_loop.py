@@ -181,6 +181,26 @@ def test_a_failed_driver_s_report_is_retried_past_the_backend_s_503s_and_deliver
     assert len(ref.get(run["id"])["reports"]) == 1
 
 
+def test_a_run_whose_job_vanished_costs_two_info_lines_dispatched_and_death_reported_with_its_cause(
+        ref: proc.Backend, caplog: pytest.LogCaptureFixture) -> None:
+    run = ref.enqueue()
+    fake = fakekube.FakeClient()
+    d, api = dispatcher(ref, fake)
+    name = jobspec.job_name(run["id"])
+    try:
+        def vanished_and_reported() -> bool:
+            if d.dispatched == 1 and fake.objects.get(("jobs", NS, name)) is not None:
+                fake.delete(paths.JOB, name=name, namespace=NS, missing_ok=True)
+            return ref.get(run["id"])["state"] == "failed" and not d.reports
+        with caplog.at_level(logging.INFO, logger="dispatcher"):
+            drive(d, vanished_and_reported)
+    finally:
+        api.close()
+    per_run = [r for r in caplog.records if r.levelno >= logging.INFO and getattr(r, "fields", {}).get("job") == name]
+    assert [r.getMessage() for r in per_run] == ["dispatched", "death reported"]
+    assert per_run[1].fields["cause"] == "vanished" and per_run[1].fields["outcome"] == "accepted"  # type: ignore[attr-defined]
+
+
 def test_the_create_result_is_named_and_keeps_the_token_out_of_its_repr() -> None:
     claim = backend.Claim(job_id="r", token="s3cr3t-t0ken", launch_request={})
     result = create.Created(create.Outcome.CREATED, "tcab-run-r", claim, uid="u", latency=0.01)
