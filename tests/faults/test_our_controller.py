@@ -88,8 +88,9 @@ def test_leader_killed_mid_admission_the_standby_finishes(stack: stack_mod.Stack
             assert lease.spec.holder_identity.startswith(f"{standby}-"), lease.spec.holder_identity
             [line] = checks.ready_lines(stack, sc)
             assert line["process"] == standby and line["admission"] == n
-            # No second raise unless the Workload changed between the leader's raise and the Ready.
-            assert line["raised"] == (n == 2), line
+            # No second raise unless the Workload changed between the leader's raise and the Ready; that
+            # second raise (n == 2) is the standby's, or the leader's own retry before it was killed.
+            assert n == 2 or not line["raised"], line
             _run(stack, sc, queues, n)
     finally:
         for name in replicas:
