@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv images controlplane controllers test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
+.PHONY: deps venv images controlplane controllers test faults test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
 deps:
 	sh scripts/install-host-packages.sh
@@ -36,11 +36,6 @@ test: venv images controlplane controllers
 # The fault suite alone (docs/e2e.md, "Faults"); `make test` runs it too.
 faults: venv images controlplane controllers
 	. scripts/podman-service.sh && $(VENV)/bin/pytest -p no:cacheprovider tests/faults
-
-# A longer soak of the fault state machine: more examples, longer stories (not in `make test`).
-faults-soak: venv images controlplane controllers
-	. scripts/podman-service.sh && DISPATCH_FAULTS_EXAMPLES=25 DISPATCH_FAULTS_STEPS=12 \
-	  $(VENV)/bin/pytest -p no:cacheprovider tests/faults/test_stateful.py
 
 test-prologue: venv images
 	bash scripts/run-tests.sh prologue
