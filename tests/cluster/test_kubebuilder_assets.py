@@ -18,7 +18,7 @@ from devcluster import harness
 pytestmark = pytest.mark.cluster
 
 BUILD_SH = harness.HERE / "build-controlplane.sh"
-KUBE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+KUBE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy")
 
 
 def build_sh(*, assets: pathlib.Path | None, cache: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -63,7 +63,7 @@ def test_the_harness_takes_each_binary_from_the_assets_first(
         harness.binary("kube-controller-manager", tmp_path)
 
 
-def test_build_sh_builds_nothing_when_the_assets_hold_all_five(cached: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_build_sh_builds_nothing_when_the_assets_hold_all_seven(cached: pathlib.Path, tmp_path: pathlib.Path) -> None:
     assets = assets_dir(tmp_path / "assets", cached, ("etcd", *KUBE))
     done = build_sh(assets=assets, cache=tmp_path / "cache")
     assert done.stdout.splitlines()[-1] == str(assets)

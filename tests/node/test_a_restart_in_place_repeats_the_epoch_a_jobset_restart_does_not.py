@@ -115,7 +115,10 @@ def test_a_restart_in_place_prints_the_same_epoch_twice(api: kubernetes.client.A
         adapter.start(client, trainjob=job)  # what the adapter would have said; created directly instead
     kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
         names.TRAINER_GROUP, names.TRAINER_VERSION, namespace, "trainjobs", job)
-    assert adapter.open_(client, namespace=namespace, name=name).admission == 1
+    with pytest.raises(adapter.AdapterError, match="restartPolicy"):
+        adapter.open_(client, namespace=namespace, name=name)  # open checks the runtime again, and refuses
+    # What an operator bypassing the adapter would do: raise A and unsuspend in one update.
+    assert adapter.raise_admission(client, namespace=namespace, name=name, unsuspend=True).admission == 1
 
     def restarted() -> dict[str, Any] | None:
         found = pods(core, namespace, name)

@@ -3,7 +3,7 @@ it is not root, when the kubelet's port is taken, when podman is missing, and wh
 memory controller is there (a second `up` while a cluster runs: the up-and-down module).
 
 Each refusal is the real CLI in a subprocess under the condition made real: an unprivileged user
-(setpriv), a socket bound to 10250, a PATH without podman, a private mount namespace whose memory
+(uid 65534 in a user namespace), a socket bound to 10250, a PATH without podman, a private mount namespace whose memory
 hierarchy (cgroup v1) or unified hierarchy (v2) is unmounted (unshare; the host's own mounts are
 not touched). The memory check is also a pure function of the mountinfo and cgroup.controllers
 texts, tested on this host's texts and on texts with the controller taken out.
@@ -38,7 +38,9 @@ def env(tmp_path: pathlib.Path) -> dict[str, str]:
 
 
 def test_not_root(env: dict[str, str], tmp_path: pathlib.Path) -> None:
-    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    # Uid 65534 inside a user namespace of its own: the CLI sees a non-root user, while the files it
+    # reads (a checkout in a private directory, say) are still opened with the caller's rights.
+    nobody = ["unshare", "--user", "--map-user=65534", "--map-group=65534"]
     line = kit.refusal(up(nobody, {**env, "HOME": str(tmp_path)}))
     assert line == f"{REFUSAL}the local cluster runs a real node, which needs root: run as root"
 
