@@ -92,8 +92,9 @@ def judge(pod: Obj, trainjob: Obj) -> list[detect.Violation]:
       the same name), or at or before the last adoption (judged by a person).
     - Any such pod, running or not: its JobSet UID label against the recorded
       UID (a pod of another JobSet proves the JobSet was replaced).
-    - A live pod only: the floor rules, and when they pass, the repeat rule
-      against the history (a pod already below the floor needs no second line).
+    - A live pod only, besides: the floor rules, and when they and the UID
+      rule pass, the repeat rule against the history (a pod already flagged
+      needs no repeat line).
     """
     if exempt(pod, trainjob):
         return []
@@ -102,15 +103,18 @@ def judge(pod: Obj, trainjob: Obj) -> list[detect.Violation]:
     annotations = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
     pod_jobset = labels.get(names.JOBSET_UID_LABEL)
+    found: list[detect.Violation] = []
     if pod_jobset:
         uid_rule = detect.jobset_uid(
             recorded=((trainjob.get("metadata") or {}).get("annotations") or {}).get(names.JOBSET_UID_ANNOTATION),
             seen=pod_jobset,
         )
         if uid_rule is not None:
-            return [uid_rule]
+            found.append(uid_rule)
     if not marks.is_live(pod):
-        return []
+        return found
+    # A pod of a replaced JobSet that also runs below the floor shows both: each is its own cause
+    # (the sidecar reports both, and a person needs to know of each).
     rule = detect.pod(
         pod_name=str(meta.get("name")),
         admission=annotations.get(names.ADMISSION_ANNOTATION),
@@ -118,7 +122,9 @@ def judge(pod: Obj, trainjob: Obj) -> list[detect.Violation]:
         floor=raising.counts(trainjob).floor,
     )
     if rule is not None:
-        return [rule]
+        return [*found, rule]
+    if found:
+        return found
     a = detect.parse_count(annotations.get(names.ADMISSION_ANNOTATION))
     j = detect.parse_count(labels.get(names.RESTART_LABEL))
     if a is not None and j is not None:
