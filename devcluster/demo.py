@@ -237,7 +237,7 @@ def _table(jobs: list[tuple[str, scenario.Scenario]]) -> bool:
 
 
 def main() -> int:
-    say("building the local cluster (cached after the first run: about 35 min on 2 cores the first time)")
+    say("building the local cluster (cached after the first run: about 20 min on 2 cores the first time)")
     start = time.monotonic()
     plane_bin = harness.build_binaries()
     say(f"  etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy: {plane_bin} "
