@@ -135,12 +135,15 @@ def hold_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str
     click.echo(f"trainjob {namespace}/{trainjob} {'held' if changed else 'was already suspended'}")
 
 
+_output_option = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text",
+                              show_default=True, help="text for people, json for machines.")
+
+
 @click.command("status")
 @click.argument("trainjob")
 @_namespace_option
 @_cluster_options
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="text for people, json for machines.")
+@_output_option
 @_refusals
 def status_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None, output: str) -> None:
     """State of TRAINJOB, and A, J, R, epoch and attempt of one execution: the
@@ -219,8 +222,7 @@ def executions_table(ex: adapter.Executions) -> str:
 @click.argument("trainjob")
 @_namespace_option
 @_cluster_options
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="text for people, json for machines.")
+@_output_option
 @_refusals
 def executions_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None, output: str) -> None:
     """Every execution of TRAINJOB the controller recorded (A, J, R, epoch,
