@@ -74,7 +74,9 @@ def printed(log: str, key: str) -> str | None:
 
 
 def container_status(pod: dict[str, Any], name: str) -> dict[str, Any] | None:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    """The kubelet's status of container NAME (a container or an init container, sidecars too)."""
+    status = pod.get("status") or {}
+    statuses = (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or [])
     return next((dict(c) for c in statuses if c.get("name") == name), None)
 
 

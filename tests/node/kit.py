@@ -17,11 +17,11 @@ import kubernetes.client
 import kubernetes.utils
 import yaml
 
-from devcluster import harness, node as node_mod
+from devcluster import harness, node as node_mod, scenario
 
 T = TypeVar("T")
 REPO = pathlib.Path(__file__).resolve().parents[2]
-SIDECAR_RBAC = REPO / "deployments" / "k8s" / "base" / "sidecar"
+SIDECAR_RBAC = scenario.SIDECAR_RBAC
 BUSYBOX = "localhost/dispatch-base/busybox:1.35-static"  # no USER: runs as root
 NON_ROOT_IMAGE = "localhost/dispatch/sample-trainer:busybox"  # USER 65532:65532
 WAIT_SECONDS = 90.0
@@ -58,11 +58,7 @@ def pod(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> dict[st
 
 
 def container_status(pod_obj: dict[str, Any], name: str) -> dict[str, Any]:
-    status = pod_obj.get("status") or {}
-    for c in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
-        if c.get("name") == name:
-            return dict(c)
-    return {}
+    return scenario.container_status(pod_obj, name) or {}
 
 
 def finished(core: kubernetes.client.CoreV1Api, namespace: str, name: str, *,
