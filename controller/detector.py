@@ -26,9 +26,15 @@ What this must never do: stop, suspend, delete or otherwise change the
 workload. It only writes the TrainJob's jobset-uid, foreign and history
 annotations.
 
-Pods that are terminating or finished are not checked: after a preemption
-the old execution's pods linger while the floor is raised for the next
-one, and they are not a reset. Nor are pods created at or before the last
+Pods that are terminating or finished are not checked against the floor as
+it stands: after a preemption the old execution's pods linger while the
+floor is raised for the next one, and they are not a reset. They are judged
+by the floor as it stood when they were created instead
+(`raising.floor_when_created`: the highest floor set by a raise a second or
+more before the pod's creation, both times the apiserver's): a pod created
+after the raise that set a floor above its A ran below the floor, whether or
+not the controller saw it run. This flags nothing the floor rule would not
+have flagged had it seen the pod running, since the floor never falls. Nor are pods created at or before the last
 adoption (`history.adopted`): a person has judged their execution.
 
 No flag from a stale cache: the informer's copy of a pod can be older than
@@ -112,7 +118,8 @@ def judge(pod: Obj, trainjob: Obj) -> list[detect.Violation]:
         if uid_rule is not None:
             found.append(uid_rule)
     if not marks.is_live(pod):
-        return found
+        late = _created_below_floor(pod, trainjob)
+        return [*found, late] if late is not None else found
     # A pod of a replaced JobSet that also runs below the floor shows both: each is its own cause
     # (the sidecar reports both, and a person needs to know of each).
     rule = detect.pod(
@@ -132,6 +139,16 @@ def judge(pod: Obj, trainjob: Obj) -> list[detect.Violation]:
         if repeat is not None:
             return [repeat]
     return []
+
+
+def _created_below_floor(pod: Obj, trainjob: Obj) -> detect.Violation | None:
+    """An ended pod, by the floor as it stood when the pod was created (`raising.floor_when_created`)."""
+    meta = pod.get("metadata") or {}
+    a = detect.parse_count((meta.get("annotations") or {}).get(names.ADMISSION_ANNOTATION))
+    then = raising.floor_when_created(trainjob, meta.get("creationTimestamp"))
+    if a is None or then is None:
+        return None
+    return detect.created_below_floor(pod_name=str(meta.get("name")), admission=a, floor=then[0], raised_at=then[1])
 
 
 def pod_violation(pod: Obj, trainjob: Obj) -> detect.Violation | None:
@@ -241,8 +258,9 @@ class Detector:
             adapter.record_jobset_uid(self.client, namespace=namespace, name=name, uid=pod_jobset)
             trainjob = self._trainjob(namespace, name) or trainjob
         found = judge(pod, trainjob)
-        if any(v.rule in LIVE_RULES for v in found):
-            # The cache may be behind the floor just read: judge the pod as it is now.
+        if marks.is_live(pod) and any(v.rule in LIVE_RULES for v in found):
+            # The cache may be behind the floor just read: judge the pod as it is now. (An ended
+            # pod is judged by what never changes: its creation time and its A.)
             fresh = self._one(paths.POD, namespace=namespace, name=meta["name"])
             found = judge(fresh, trainjob) if fresh is not None else []
             pod = fresh if fresh is not None else pod

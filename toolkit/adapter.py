@@ -96,7 +96,8 @@ def raise_admission(
 
     try:
         result, conflicts = client.read_modify_write(
-            paths.TRAINJOB, name=name, namespace=namespace, compute=compute, on_conflict=on_conflict, first=first
+            paths.TRAINJOB, name=name, namespace=namespace, compute=compute, on_conflict=on_conflict, first=first,
+            field_manager=names.RAISE_FIELD_MANAGER,
         )
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None

@@ -17,6 +17,8 @@ import re
 
 # "0", or 1 to 6 digits without a leading zero: the prologue's own rule.
 _COUNT = re.compile(r"0|[1-9][0-9]{0,5}")
+# The apiserver's timestamps (creationTimestamp, managedFields time): UTC, to the second.
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 
 
 # A named tuple, not a dataclass: dataclasses imports inspect (ast, dis, tokenize...), ~1.7 MB of
@@ -82,6 +84,23 @@ def pod(
             f"pod {pod_name} has admission {a}, below the floor {floor}: A may have been lowered",
         )
     return None
+
+
+def is_timestamp(value: str) -> bool:
+    """The apiserver's format, in which text order is time order."""
+    return bool(_TIMESTAMP.fullmatch(value))
+
+
+def created_below_floor(*, pod_name: str, admission: int, floor: int, raised_at: str) -> Violation | None:
+    """An ended pod judged by the floor as it stood when the pod was created: `floor` was set by a
+    raise at `raised_at`, a second before the pod's creation or earlier (see controller.detector)."""
+    if admission >= floor:
+        return None
+    return Violation(
+        "below-floor",
+        f"pod {pod_name} had admission {admission}, below the floor {floor} raised at {raised_at} "
+        "before the pod was created: A may have been lowered",
+    )
 
 
 def parse_floor(value: str | None) -> int | None:

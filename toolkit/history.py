@@ -25,6 +25,9 @@ What it holds:
 - the adoptions (`toolkit adopt`): when, the person's reason, the causes the
   flag held, the mark and the minimum A it set; the last `MAX_ADOPTIONS`,
   each bounded.
+- `floors`: when each earlier raise set the floor, as (floor, time) with the
+  apiserver's time of that raise (`toolkit.raising` moves the last raise's
+  stamp here at the next raise); the last `MAX_FLOORS`.
 
 The rules that use it:
 - `repeat`: a pod of an execution not yet recorded whose R is at or below
@@ -62,6 +65,7 @@ HISTORY_ANNOTATION = f"{names.DOMAIN}/history"
 MINIMUM_ANNOTATION = f"{names.DOMAIN}/admission-minimum"
 MAX_EXECUTIONS = 20
 MAX_ADOPTIONS = 5
+MAX_FLOORS = 20
 REASON_LIMIT = 512
 CAUSES_LIMIT = 4096  # characters of causes kept with one adoption
 _ENDED_RANK = {None: 0, "succeeded": 1, "stopped": 2, "failed": 3}
@@ -104,6 +108,7 @@ class History:
     high_water: int = 0
     adoptions: tuple[Adoption, ...] = ()
     adoptions_dropped: int = 0
+    floors: tuple[tuple[int, str], ...] = ()  # (floor, the apiserver's time of the raise that set it)
     unreadable: bool = False  # the annotation was there but not ours to read
 
 
@@ -135,6 +140,12 @@ def _opt_str(value: Any) -> str | None:
     return value
 
 
+def _time(value: Any) -> str:
+    if not isinstance(value, str) or not detect.is_timestamp(value):
+        raise ValueError(f"not a timestamp: {value!r}")
+    return value
+
+
 def parse(value: str | None) -> History:
     """The history an annotation holds; an unreadable one reads as empty,
     marked `unreadable` (the next write replaces it; the floor still bounds A)."""
@@ -161,6 +172,7 @@ def parse(value: str | None) -> History:
             high_water=_int(doc.get("highWater", 0)),
             adoptions=adoptions,
             adoptions_dropped=_int(doc.get("adoptionsDropped", 0)),
+            floors=tuple((_int(f[0]), _time(f[1])) for f in doc.get("floors") or []),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return History(unreadable=True)
@@ -181,6 +193,7 @@ def render(history: History) -> str:
              "highWater": d.high_water, "minimum": d.minimum, "jobsetUid": d.jobset_uid}
             for d in history.adoptions
         ],
+        "floors": [[floor, time] for floor, time in history.floors],
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
@@ -334,6 +347,14 @@ def adopt(
         dataclasses.replace(history, adoptions=adoptions[extra:], adoptions_dropped=history.adoptions_dropped + extra),
         minimum,
     )
+
+
+def with_floor(history: History, *, floor: int, time: str) -> History:
+    """The history with the raise that set `floor` at `time` kept (the last `MAX_FLOORS`)."""
+    if (floor, time) in history.floors:
+        return history
+    floors = (*history.floors, (floor, time))
+    return dataclasses.replace(history, floors=floors[-MAX_FLOORS:], unreadable=False)
 
 
 def adopted(history: History, *, created: str | None) -> bool:

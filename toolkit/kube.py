@@ -229,13 +229,16 @@ class Client:
         body = {"apiVersion": res.api_version, "kind": res.kind, **obj}
         return self.request("POST", res.path(namespace=namespace), body=body)
 
-    def replace(self, res: paths.Resource, obj: Obj, *, subresource: str | None = None) -> Obj:
-        """PUT the object back; its metadata.resourceVersion is the precondition."""
+    def replace(self, res: paths.Resource, obj: Obj, *, subresource: str | None = None,
+                field_manager: str | None = None) -> Obj:
+        """PUT the object back; its metadata.resourceVersion is the precondition.
+        `field_manager` names the writer in managedFields (default: the user agent)."""
         meta = obj["metadata"]
         if not meta.get("resourceVersion"):
             raise ValueError("replace needs the resourceVersion read: a blind write is not allowed")
         path = res.path(namespace=meta.get("namespace"), name=meta["name"], sub=subresource)
-        return self.request("PUT", path, body=obj)
+        query: Query | None = [("fieldManager", field_manager)] if field_manager else None
+        return self.request("PUT", path, query=query, body=obj)
 
     def merge_patch(
         self, res: paths.Resource, patch: Obj, *, name: str, namespace: str | None = None, subresource: str | None = None
@@ -347,6 +350,7 @@ class Client:
         max_conflicts: int = 1000,
         on_conflict: Callable[[], None] | None = None,
         first: Obj | None = None,
+        field_manager: str | None = None,
     ) -> tuple[T, int]:
         """Read, compute, write preconditioned on the read; on 409 read again.
 
@@ -364,7 +368,7 @@ class Client:
             if new is None:
                 return result, conflicts
             try:
-                self.replace(res, new, subresource=subresource)
+                self.replace(res, new, subresource=subresource, field_manager=field_manager)
                 return result, conflicts
             except Conflict:
                 conflicts += 1

@@ -12,6 +12,9 @@ JOBSET_UID_ANNOTATION = f"{DOMAIN}/jobset-uid"
 FOREIGN_ANNOTATION = f"{DOMAIN}/foreign"
 # Our entry in spec.runtimePatches (a list keyed by manager).
 PATCH_MANAGER = f"{DOMAIN}/adapter"
+# The field manager of the raise's update, and of nothing else: the apiserver stamps its
+# managedFields entry with the time of the last raise (toolkit.raising.last_raise).
+RAISE_FIELD_MANAGER = f"{DOMAIN}/raise"
 
 # JobSet's pod label carrying J (= JobSet status.restarts).
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"

@@ -25,6 +25,16 @@ that, and removes it in the same update, since the floor then holds it.
 `record` is an optional marker of what the raise was for (the Kueue
 controller writes the Workload admission it raised for, see
 `controller.admission`). It goes in the same update as the raise.
+
+When each floor was set: the raise's update is written under a field
+manager of its own (`names.RAISE_FIELD_MANAGER`), so the apiserver stamps
+that manager's managedFields entry with its own clock at every raise and at
+nothing else (`last_raise`). The next raise moves that stamp, with the floor
+it set, into the history (`history.floors`) before it is overwritten.
+`floor_when_created` reads both: the highest floor set by a raise a second
+or more before a given creation time. Stamps and creation times are the
+apiserver's, to the second, so no client clock is trusted, and a pod created
+in the same second as a raise is never judged by it (it may be older).
 """
 
 from __future__ import annotations
@@ -100,6 +110,28 @@ def counts(trainjob: Obj) -> Counts:
         floor=detect.parse_floor(annotations.get(names.FLOOR_ANNOTATION)),
         minimum=detect.parse_count(annotations.get(history.MINIMUM_ANNOTATION)),
     )
+
+
+def last_raise(trainjob: Obj) -> tuple[int, str] | None:
+    """The floor annotation and the apiserver's time of the last raise that wrote it, or None."""
+    floor = counts(trainjob).floor
+    for entry in (trainjob.get("metadata") or {}).get("managedFields") or []:
+        if not isinstance(entry, dict) or entry.get("manager") != names.RAISE_FIELD_MANAGER:
+            continue
+        time = entry.get("time")
+        if entry.get("operation") == "Update" and isinstance(time, str) and detect.is_timestamp(time) and floor:
+            return floor, time
+    return None
+
+
+def floor_when_created(trainjob: Obj, created: str | None) -> tuple[int, str] | None:
+    """The highest floor a raise set strictly before the second `created` (an apiserver
+    timestamp), with the time of that raise; None when no raise is known to be earlier."""
+    if not created or not detect.is_timestamp(created):
+        return None
+    stamps = [*history.of(trainjob).floors, *filter(None, [last_raise(trainjob)])]
+    earlier = [(floor, time) for floor, time in stamps if time < created]
+    return max(earlier, default=None)
 
 
 def is_suspended(trainjob: Obj) -> bool:
@@ -194,6 +226,10 @@ def raised(
     meta["annotations"] = annotations
     annotations[names.FLOOR_ANNOTATION] = str(new)
     annotations.pop(history.MINIMUM_ANNOTATION, None)
+    previous = last_raise(trainjob)
+    if previous is not None:
+        kept = history.with_floor(history.of(trainjob), floor=previous[0], time=previous[1])
+        annotations[history.HISTORY_ANNOTATION] = history.render(kept)
     if record is not None:
         annotations[record[0]] = record[1]
     if unsuspend:

@@ -26,12 +26,16 @@ The property, over every trace, once detection has caught up:
     each execution's R is greater than every earlier execution's R,
     or the TrainJob was flagged foreign at some moment between that
     execution's start and now (before it ran, while it ran, or after),
-    or the execution is an unseen twin: the controller never saw its pod
-    running, and its A, J and JobSet are an earlier execution's, so that
-    once it has ended nothing it left tells it from that one (a known gap,
-    docs/adapter.md, "What detection cannot see"; in a real pod the
-    sidecar's check runs before the trainer and its report is confirmed
-    while the pod runs, unless the execution ends first).
+    or the execution is an unseen twin created in the same second as the
+    raise before it: the controller never saw its pod running, its A, J and
+    JobSet are an earlier execution's, and an ended pod is judged by the
+    floor of the raises a second or more before its creation (the
+    apiserver's clocks have second resolution; docs/adapter.md, "What
+    detection cannot see").
+
+And no flag without a reset: a trace in which nobody rewrote or deleted the
+patch or replaced the JobSet never flags the TrainJob (the ended pods of a
+preempted execution, judged after the next raise, are not a reset).
 
 A flag counts only while it stands: an adoption clears it, so an execution
 that starts after an adoption needs a flag raised after it. Hence, for adopt:
@@ -58,6 +62,7 @@ from collections.abc import Callable
 import hypothesis
 import hypothesis.stateful as stateful
 import hypothesis.strategies as st
+import pytest
 
 from controller import detector
 from toolkit import adapter, detect, history, kube, names, paths, raising
@@ -66,8 +71,9 @@ from toolkit import adapter, detect, history, kube, names, paths, raising
 class Store(kube.Client):
     """One TrainJob behind resourceVersion preconditions, and its JobSet; I/O only."""
 
-    def __init__(self, trainjob: dict) -> None:
+    def __init__(self, trainjob: dict, clock: Callable[[], str]) -> None:
         # No transport: every call it serves is overridden below (read_modify_write uses get and replace).
+        self.clock = clock  # the apiserver's: it stamps managedFields and creationTimestamp
         self.obj = trainjob
         self.rv = 1
         self.obj["metadata"]["resourceVersion"] = "1"
@@ -87,7 +93,7 @@ class Store(kube.Client):
             return copy.deepcopy(self.jobset)
         return copy.deepcopy(self.obj)
 
-    def replace(self, res, obj, *, subresource=None):
+    def replace(self, res, obj, *, subresource=None, field_manager=None):
         if self.before_write is not None:
             hook, self.before_write = self.before_write, None
             hook()
@@ -96,6 +102,10 @@ class Store(kube.Client):
         self.rv += 1
         self.obj = copy.deepcopy(obj)
         self.obj["metadata"]["resourceVersion"] = str(self.rv)
+        if field_manager is not None:  # every write of the raise's manager changes the floor it owns
+            others = [e for e in self.obj["metadata"].get("managedFields") or [] if e["manager"] != field_manager]
+            self.obj["metadata"]["managedFields"] = [
+                *others, {"manager": field_manager, "operation": "Update", "time": self.clock()}]
         return copy.deepcopy(self.obj)
 
     def event(self, **kw):
@@ -111,7 +121,7 @@ class Identity(stateful.RuleBasedStateMachine):
             "metadata": {"name": "tj", "namespace": "ns", "annotations": {}},
             "spec": {"suspend": True, "runtimePatches": [raising.patch_entry(0)]},
         }
-        self.store = Store(tj)
+        self.store = Store(tj, clock=self._now)
         self.running = False
         self.raised_since_suspend = False
         self.step = 0
@@ -124,6 +134,8 @@ class Identity(stateful.RuleBasedStateMachine):
         self.jobset_events: list[None] = []
         self.detector = detector.Detector(self.store, clock=self._now)
         self.conflicts = 0
+        self.raises: list[int] = []  # the step of every raise
+        self.resets = 0  # rewrites and deletions of the patch, JobSets replaced
 
     # -- helpers: what Trainer/JobSet/the controller would do --------
 
@@ -206,6 +218,7 @@ class Identity(stateful.RuleBasedStateMachine):
     def _raise(self, *, unsuspend: bool = False) -> None:
         raised = adapter.raise_admission(self.store, namespace="ns", name="tj", unsuspend=unsuspend)
         self.conflicts += raised.conflicts
+        self.raises.append(self.step)
 
     def _stop(self) -> None:
         self._write(lambda o: o["spec"].__setitem__("suspend", True))
@@ -289,15 +302,18 @@ class Identity(stateful.RuleBasedStateMachine):
     @stateful.rule(value=st.integers(0, 5))
     def patch_rewritten(self, value: int) -> None:
         self._write(lambda o: o["spec"].__setitem__("runtimePatches", [raising.patch_entry(value)]))
+        self.resets += 1
 
     @stateful.precondition(lambda self: not self.running)
     @stateful.rule()
     def patch_deleted(self) -> None:
         self._write(lambda o: o["spec"].__setitem__("runtimePatches", []))
+        self.resets += 1
 
     @stateful.precondition(lambda self: self.store.jobset is not None)
     @stateful.rule()
     def jobset_deleted_and_recreated(self) -> None:
+        self.resets += 1
         self._new_jobset()
         if self.running:
             self._start_execution()
@@ -322,13 +338,16 @@ class Identity(stateful.RuleBasedStateMachine):
         return any(raised <= self.step and (cleared is None or cleared > start) for raised, cleared in self.flags)
 
     def _unseen_twin(self, i: int) -> bool:
-        """The known gap (docs/adapter.md, "What detection cannot see"): an execution whose pod the
-        controller never saw running, and whose A, J and JobSet are an earlier execution's, leaves
-        nothing that tells it from that one once it has ended."""
+        """The gap left (docs/adapter.md, "What detection cannot see"): an execution whose pod the
+        controller never saw running, whose A, J and JobSet are an earlier execution's, created in
+        the same second as the raise before it."""
         e = self.executions[i]
-        return not e["seen_running"] and any(x["key"] == e["key"] for x in self.executions[:i])
+        last_raise = max((step for step in self.raises if step <= e["start"]), default=None)
+        return (not e["seen_running"] and last_raise == e["start"]
+                and any(x["key"] == e["key"] for x in self.executions[:i]))
 
     def _check(self, *, every: bool) -> None:
+        assert self.resets or not self.flags, f"flagged with no reset: {self.store.obj['metadata']['annotations']}"
         highest = 0
         for i, e in enumerate(self.executions):
             assert (e["r"] > highest or self._covered(e["start"]) or (not every and self.pending)
@@ -387,3 +406,48 @@ def test_the_model_can_fail_when_an_adoption_ignores_the_high_water_mark(monkeyp
 
     message = _fails(no_minimum)
     assert "repeated without a flag" in message or "is not above the R" in message
+
+
+def _unseen_twin_trace() -> Identity:
+    """Admitted at A = 1 and seen; preempted; raised to 2; the patch rewritten to 1; admitted again
+    (A = 1, J = 0, the same JobSet: the first execution's identity) and preempted before the
+    controller handles its pod. Each step is a second of the apiserver's clock."""
+    machine = Identity()
+    for step in ("kueue_reserves_and_we_raise", "kueue_admits_and_unsuspends", "controller_handles_a_pod",
+                 "controller_handles_the_jobset", "preempt_or_hold", "kueue_reserves_and_we_raise"):
+        getattr(machine, step)()
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    machine.patch_rewritten(1)
+    machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    for step in ("kueue_admits_and_unsuspends", "preempt_or_hold"):
+        getattr(machine, step)()
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    return machine
+
+
+def test_an_execution_below_the_floor_that_ended_unseen_is_flagged_by_the_floor_at_its_creation():
+    machine = _unseen_twin_trace()
+    first, twin = machine.executions
+    assert first["key"] == twin["key"] and not twin["seen_running"]
+    machine.teardown()
+    foreign = machine.store.obj["metadata"]["annotations"][names.FOREIGN_ANNOTATION]
+    assert f"pod {twin['pod']} had admission 1, below the floor 2 raised at " in foreign
+
+
+def test_the_model_can_fail_when_ended_pods_are_not_judged_by_the_floor_at_their_creation(monkeypatch):
+    """Without the rule for ended pods the twin goes unflagged, and the property says so."""
+    monkeypatch.setattr(detector, "_created_below_floor", lambda pod, trainjob: None)
+    machine = _unseen_twin_trace()
+    with pytest.raises(AssertionError, match="repeated without a flag"):
+        machine.teardown()
+
+
+def test_the_model_can_fail_when_ended_pods_are_judged_by_the_floor_as_it_stands(monkeypatch):
+    """The no-reset property is not vacuous: judging an ended pod by today's floor flags the
+    preempted execution's pods once the next raise has passed them."""
+    now = raising.floor_when_created
+
+    def by_todays_floor() -> None:
+        monkeypatch.setattr(raising, "floor_when_created", lambda tj, created: raising.last_raise(tj) or now(tj, created))
+
+    assert "flagged with no reset" in _fails(by_todays_floor)

@@ -3,12 +3,13 @@ real TrainJob CRD: racing writers, rewritten or deleted patches, refusals."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 
 import pytest
 
 from tests.adapter import kit
-from toolkit import adapter, kube, names, paths, raising
+from toolkit import adapter, detect, history, kube, names, paths, raising
 
 pytestmark = pytest.mark.cluster
 
@@ -159,3 +160,28 @@ def test_the_foreign_annotation_keeps_each_cause_once(client, namespace):
     events, _ = client.list(paths.EVENT, namespace=namespace, field_selector=f"reason={names.FOREIGN_REASON}")
     assert sorted(e["message"] for e in events) == ["a", "b"]
     assert all(e["type"] == "Warning" and e["involvedObject"]["kind"] == "TrainJob" for e in events)
+
+
+def test_the_apiserver_stamps_each_raise_and_the_next_raise_keeps_the_stamp(client, namespace):
+    """When each floor was set comes from the apiserver's clock: the raise's own field manager's
+    managedFields time (no other write uses that manager), moved into the history at the next raise."""
+    tj = kit.create_trainjob(client, namespace)
+    name = tj["metadata"]["name"]
+    created = tj["metadata"]["creationTimestamp"]
+    adapter.raise_admission(client, namespace=namespace, name=name)
+    first = client.get(paths.TRAINJOB, name=name, namespace=namespace)
+    stamp = raising.last_raise(first)
+    assert stamp is not None and stamp[0] == 1 and stamp[1] >= created
+    adapter.flag_foreign(client, namespace=namespace, name=name, component="test",
+                         violation=detect.Violation("below-floor", "a write by another manager"))
+    assert raising.last_raise(client.get(paths.TRAINJOB, name=name, namespace=namespace)) == stamp
+    adapter.raise_admission(client, namespace=namespace, name=name)
+    second = client.get(paths.TRAINJOB, name=name, namespace=namespace)
+    assert history.of(second).floors == (stamp,)
+    latest = raising.last_raise(second)
+    assert latest is not None and latest[0] == 2 and latest[1] >= stamp[1]
+    # A pod created a second after the second raise is judged by floor 2; one created in its second, by 1.
+    raised_at = datetime.datetime.strptime(latest[1], "%Y-%m-%dT%H:%M:%SZ")
+    a_second_later = (raised_at + datetime.timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert raising.floor_when_created(second, a_second_later) == latest
+    assert raising.floor_when_created(second, latest[1]) == (stamp if stamp[1] < latest[1] else None)

@@ -1,0 +1,70 @@
+"""Our controller down while an outsider lowers A, and the execution below the floor ends before the
+controller is back: it is flagged by the floor as it stood when its pod was created.
+
+Plain mode. The first execution (A = 1) runs until it is held and is recorded by the controller.
+Then the controller is stopped, A is raised to 2 while the TrainJob is suspended (the floor is 2),
+an outsider rewrites our runtime patch back to 1 and unsuspends: the second execution runs with
+A = 1, J = 0 and the same JobSet, the first one's identity exactly, and exits 0 on its own. Once
+the controller is back, all it finds is an ended pod; the floor as it stands no longer judges ended
+pods (the preempted execution's pods end after every raise), but the floor set by a raise a second
+or more before the pod's creation does (docs/adapter.md, "What detection cannot see"): the TrainJob
+is flagged `below-floor`, naming the pod, the floor and the time of the raise.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+from devcluster import scenario as flow, stack as stack_mod
+from devcluster.scenario import Scenario
+from toolkit import adapter, history, names, paths, raising
+
+CONTROLLER = "dispatch-controller"
+# The first execution (the one that makes /marks/first) runs until it is stopped; later ones exit 0
+# at once. `env` first: the scenario reads the identity from its lines.
+COMMAND = ["/bin/sh", "-c",
+           'env; if mkdir /marks/first 2>/dev/null; then trap "exit 0" TERM; '
+           'while :; do sleep 1 & wait $!; done; fi; exit 0']
+
+
+def _rewrite_patch(sc: Scenario, admission: int) -> None:
+    """The outsider: our runtime-patch entry replaced by one carrying ADMISSION (suspended)."""
+    tj = sc.trainjob()
+    tj["spec"]["runtimePatches"] = [
+        raising.patch_entry(admission) if entry.get("manager") == names.PATCH_MANAGER else entry
+        for entry in tj["spec"]["runtimePatches"]]
+    sc.client.replace(paths.TRAINJOB, tj)
+
+
+def test_an_execution_below_the_floor_that_ends_while_our_controller_is_down_is_flagged(
+        stack: stack_mod.Stack, namespace: str, tmp_path: pathlib.Path) -> None:
+    with stack.plane.api_client() as api:
+        sc = Scenario(stack, api, namespace)
+        sc.create_runtime(flow.runtime("unseen", host_dirs={"/marks": tmp_path}))
+        sc.start("unseen", job_id="fault.unseen", command=COMMAND)
+        adapter.open_(sc.client, namespace=namespace, name=sc.name)
+        [first_pod] = sc.new_pods()
+        first = sc.run(first_pod)
+        sc.wait("the first execution in the history", lambda: history.of(sc.trainjob()).executions)
+        adapter.hold(sc.client, namespace=namespace, name=sc.name)
+
+        stack.stop_process(CONTROLLER)
+        assert adapter.raise_admission(sc.client, namespace=namespace, name=sc.name).admission == 2
+        time.sleep(1.1)  # the outsider comes a second or more after the raise
+        _rewrite_patch(sc, 1)
+        sc.client.merge_patch(paths.TRAINJOB, {"spec": {"suspend": False}}, name=sc.name, namespace=namespace)
+        [twin_pod] = sc.new_pods()
+        twin = sc.run(twin_pod, until_exit=True)
+        assert twin.exit_code == 0 and (twin.epoch, twin.attempt) == (first.epoch, first.attempt)
+        assert raising.counts(sc.trainjob()).floor == 2
+        assert sc.foreign() is None  # nobody has judged it yet
+
+        stack.start_process(CONTROLLER)
+        cause = f"pod {twin_pod['metadata']['name']} had admission 1, below the floor 2 raised at "
+        sc.wait("the flag naming the ended pod", lambda: any(
+            line.startswith(cause) for line in (sc.foreign() or "").split("\n")))
+        sc.check_identities(resets=[twin])
+        # The twin shares the first execution's key (A, J, JobSet): one record, now with the verdict.
+        [record] = [e for e in history.of(sc.trainjob()).executions if (e.a, e.j) == (1, 0)]
+        assert record.verdict == "foreign: below-floor", record
