@@ -105,6 +105,8 @@ def security_context(config: settings.Settings) -> Obj:
     }
     if config.driver_run_as_user is not None:
         context["runAsUser"] = config.driver_run_as_user
+    if config.driver_run_as_group is not None:
+        context["runAsGroup"] = config.driver_run_as_group
     return context
 
 

@@ -43,6 +43,9 @@ VARIABLES: tuple[tuple[str, str | None, str], ...] = (
      "`runAsNonRoot` of the driver container (true or false); false only for a driver image that must run as root."),
     ("TCAB_DISPATCHER_DRIVER_RUN_AS_USER", "the image's USER",
      "`runAsUser` of the driver container (1..2147483647), for an image whose USER is a name, not a number."),
+    ("TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP", "group 0",
+     "`runAsGroup` of the driver container (1..2147483647). Unset, the driver runs in group 0: the kubelet passes "
+     "the runtime the image's uid only, never its group."),
     ("TCAB_DISPATCHER_POLL_INTERVAL", "2", "Seconds to wait before claiming again after the backend had nothing (0.01..3600)."),
     ("TCAB_DISPATCHER_JOB_TTL_SECONDS", "3600", "`ttlSecondsAfterFinished` of each driver Job (0..31536000)."),
     ("TCAB_DISPATCHER_BACKEND_TIMEOUT", "10", "Seconds before a backend request times out (0.1..600)."),
@@ -80,6 +83,7 @@ class Settings:
     driver_service_account: str = ""
     driver_run_as_non_root: bool = True
     driver_run_as_user: int | None = None
+    driver_run_as_group: int | None = None
     poll_interval: float = 2.0
     job_ttl_seconds: int = 3600
     backend_timeout: float = 10.0
@@ -110,6 +114,13 @@ def _int(env: Mapping[str, str], name: str, default: int, *, low: int, high: int
         raise SettingsError(f"{name}={raw!r} is not an integer in {low}..{high}") from None
     except envparse.OutOfRange as e:
         raise SettingsError(f"{name}={e.value} is outside {low}..{high}") from None
+
+
+def _optional_id(env: Mapping[str, str], name: str) -> int | None:
+    """A uid or gid other than root's, or None when unset."""
+    if envparse.get(env, name) is None:
+        return None
+    return _int(env, name, 0, low=1, high=2_147_483_647)
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float, *, low: float, high: float) -> float:
@@ -194,8 +205,8 @@ def from_env(env: Mapping[str, str]) -> Settings:
         namespace=namespace,
         driver_service_account=_dns_label(env, "TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT", ""),
         driver_run_as_non_root=_bool(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_NON_ROOT", True),
-        driver_run_as_user=(_int(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_USER", 0, low=1, high=2_147_483_647)
-                            if envparse.get(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_USER") is not None else None),
+        driver_run_as_user=_optional_id(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_USER"),
+        driver_run_as_group=_optional_id(env, "TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP"),
         poll_interval=_seconds(env, "TCAB_DISPATCHER_POLL_INTERVAL", 2.0, low=0.01, high=3600),
         job_ttl_seconds=_int(env, "TCAB_DISPATCHER_JOB_TTL_SECONDS", 3600, low=0, high=31_536_000),
         backend_timeout=_seconds(env, "TCAB_DISPATCHER_BACKEND_TIMEOUT", 10.0, low=0.1, high=600),

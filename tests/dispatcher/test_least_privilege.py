@@ -36,9 +36,11 @@ def test_the_driver_runs_non_root_without_privilege_under_the_runtime_default_se
 def test_the_driver_s_user_root_permission_and_service_account_come_from_the_settings() -> None:
     pod, container = driver({"TCAB_DISPATCHER_DRIVER_RUN_AS_NON_ROOT": "false",
                              "TCAB_DISPATCHER_DRIVER_RUN_AS_USER": "1000",
+                             "TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP": "1001",
                              "TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT": "tcab-driver"})
     assert container["securityContext"]["runAsNonRoot"] is False
     assert container["securityContext"]["runAsUser"] == 1000
+    assert container["securityContext"]["runAsGroup"] == 1001
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # never loosened by a setting
     assert pod["serviceAccountName"] == "tcab-driver"
 
@@ -48,6 +50,9 @@ def test_the_driver_s_user_root_permission_and_service_account_come_from_the_set
     ("TCAB_DISPATCHER_DRIVER_RUN_AS_USER", "0", "TCAB_DISPATCHER_DRIVER_RUN_AS_USER=0 is outside 1..2147483647"),
     ("TCAB_DISPATCHER_DRIVER_RUN_AS_USER", "root",
      "TCAB_DISPATCHER_DRIVER_RUN_AS_USER='root' is not an integer in 1..2147483647"),
+    ("TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP", "0", "TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP=0 is outside 1..2147483647"),
+    ("TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP", "wheel",
+     "TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP='wheel' is not an integer in 1..2147483647"),
     ("TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT", "Driver SA",
      "TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT='Driver SA' is not a DNS label (lowercase, digits, '-', at most 63)"),
 ])

@@ -14,8 +14,8 @@ Seccomp 2 is filter mode (a profile is loaded); 0 would mean unconfined.
 
 The group: the kubelet hands the runtime the image's uid only, so a container whose pod states no
 runAsGroup runs in group 0 whatever the image's USER says. The rendered sidecar states its group
-and is held to it; the driver Job states none (its securityContext is pinned by the dispatcher's
-own tests), and its process runs as uid 65532 in group 0.
+and is held to it; the driver Job states the group `TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP` names, and
+is held to it.
 """
 
 from __future__ import annotations
@@ -95,12 +95,13 @@ def test_the_rendered_sidecar_runs_non_root_under_the_default_seccomp_profile(
     assert status["Gid"].split() == [str(render.SIDECAR_GID)] * 4, status["Gid"]
 
 
-def test_the_driver_job_runs_non_root_under_the_default_seccomp_profile(api: kubernetes.client.ApiClient) -> None:
+def test_the_driver_job_runs_non_root_in_its_group_under_the_default_seccomp_profile(api: kubernetes.client.ApiClient) -> None:
     core = kubernetes.client.CoreV1Api(api)
     namespace = kit.new_namespace(api)
     config = settings.from_env({"TCAB_BACKEND_URL": "http://backend.invalid:8080",
                                 "TCAB_BACKEND_SERVICE_TOKEN": "svc-token-0123",
                                 "TCAB_DISPATCHER_DRIVER_IMAGE": kit.NON_ROOT_IMAGE,
+                                "TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP": NON_ROOT_UID,
                                 "TCAB_DISPATCHER_NAMESPACE": namespace})
     claim = backend.Claim(job_id="run-1", token="tok-123", launch_request={})
     job = jobspec.job(claim, config)
@@ -115,4 +116,6 @@ def test_the_driver_job_runs_non_root_under_the_default_seccomp_profile(api: kub
         return dict(api.sanitize_for_serialization(phases[0])) if phases else None
     pod = kit.wait("the driver pod to finish", finished)
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
-    confined(kit.parse_status(kit.log(core, namespace, pod["metadata"]["name"], jobspec.names.DRIVER_CONTAINER)))
+    status = kit.parse_status(kit.log(core, namespace, pod["metadata"]["name"], jobspec.names.DRIVER_CONTAINER))
+    confined(status)
+    assert status["Gid"].split() == [NON_ROOT_UID] * 4, status["Gid"]
