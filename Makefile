@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv images controlplane controllers test faults test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
+.PHONY: deps venv images controlplane controllers test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
 deps:
 	sh scripts/install-host-packages.sh
@@ -36,6 +36,12 @@ test: venv images controlplane controllers
 # The fault suite alone (docs/e2e.md, "Faults"); `make test` runs it too.
 faults: venv images controlplane controllers
 	. scripts/podman-service.sh && $(VENV)/bin/pytest -p no:cacheprovider tests/faults
+
+# The fault state machine (tests/faults/test_state_machine.py) with more and longer examples than
+# `make faults` gives it; not part of `make test`.
+faults-soak: venv images controlplane controllers
+	. scripts/podman-service.sh && DISPATCH_FAULTS_EXAMPLES=20 DISPATCH_FAULTS_STEPS=10 \
+	  $(VENV)/bin/pytest -p no:cacheprovider -o timeout=0 tests/faults/test_state_machine.py
 
 test-prologue: venv images
 	bash scripts/run-tests.sh prologue

@@ -1,0 +1,289 @@
+"""A hypothesis state machine over the operations the other fault modules inject one at a time, on
+the real apiserver, Trainer, JobSet, Kueue, our controller and the real node: one Kueue-mode
+TrainJob per example (its own namespace and queues), driven by these rules:
+
+- approve (while deactivated): the Workload made active again; Kueue reserves quota, our check
+  raises A and approves, the pods run. The approval may meet a fault: our controller SIGKILLed
+  before the raise (the reservation waits on our check while none runs), or, with the moment
+  between our raise and our approval held open (`checks.approval_held`), our controller SIGKILLed
+  or kube-apiserver restarted there;
+- evict (while running): the Workload deactivated (Kueue evicts it, the TrainJob is suspended, its
+  pods stop), or preempted (a TrainJob of a higher WorkloadPriorityClass takes the quota, runs and
+  ends, and Kueue admits ours again: our raise and approval again);
+- raise by hand (while deactivated): an extra raise of A by hand (what a pass of ours that died before its
+  approval leaves);
+- restart (while running): the running execution fails (exit 3), JobSet restarts it (J + 1);
+- delete the JobSet (while running, not yet flagged): deleted by hand; Trainer rebuilds it (J from
+  0), its execution repeats an identity, and our controller flags the TrainJob foreign;
+- fault, at any point: our controller SIGKILLed and started again, or kube-apiserver stopped and
+  started again.
+
+After every step (`@invariant`), on what the containers printed and what the cluster shows: the
+identity rule (`check_identities`: every execution's epoch above every earlier one's unless the
+TrainJob was flagged foreign before it ran; the rebuilt JobSet's execution is the reset the flag
+reports); while admitted: our check Ready with "A raised to N", N our patch's A and the floor, the
+raised-for marker naming this Workload, every live pod carrying N, and one "check ready" logged per
+admission (nothing approved twice, nothing approved without its raise); while deactivated: the
+TrainJob suspended and no pod left. Every admission is approved within
+`checks.ADMISSION_BOUND_SECONDS` of its fault's end (`checks.admitted`), and its A is above every
+earlier admission's.
+
+The node's two CPUs hold one execution at a time, so a step waits for the cluster to settle (the
+new execution's identity printed, or the pods gone) before the next one. Reproducible and small in
+`make test` (derandomized, no example database, no shrinking: a failure prints the steps it ran);
+`make faults-soak` runs more and longer examples (DISPATCH_FAULTS_EXAMPLES, DISPATCH_FAULTS_STEPS).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import shutil
+import tempfile
+import time
+import uuid
+from typing import Any, ClassVar
+
+import hypothesis
+import hypothesis.stateful
+import hypothesis.strategies as st
+import kubernetes.client
+
+from controller import admission
+from devcluster import harness, scenario as flow, stack as stack_mod
+from devcluster.scenario import Execution, Scenario
+from tests.faults import checks
+from toolkit import adapter, kube, names, raising
+
+log = logging.getLogger(__name__)
+EXAMPLES = int(os.environ.get("DISPATCH_FAULTS_EXAMPLES", "3"))
+STEPS = int(os.environ.get("DISPATCH_FAULTS_STEPS", "6"))
+CONTROLLER = "dispatch-controller"
+# Each execution runs until it is stopped (SIGTERM: exit 0) or takes the file /marks/fail (exit 3: a
+# rank failure). `rm` succeeds for one execution only, so one rank fails per file the test writes.
+COMMAND = ["/bin/sh", "-c",
+           'env; trap "exit 0" TERM; while :; do rm /marks/fail 2>/dev/null && exit 3; sleep 0.2 & wait $!; done']
+RUNTIME_NOT_SEEN = "specified trainingRuntime must be created before the TrainJob is created"
+EVICTIONS = ("deactivated", "preempted")
+FAULTS = ("our controller killed", "kube-apiserver restarted")
+APPROVAL_FAULTS = (
+    None,
+    "our controller killed before the raise",
+    "our controller killed between the raise and the approval",
+    "kube-apiserver restarted between the raise and the approval",
+)
+
+
+class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
+    stack: ClassVar[stack_mod.Stack]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.api = self.stack.plane.api_client()
+        self.namespace = f"fault-sm-{uuid.uuid4().hex[:8]}"
+        harness.create_namespace(self.api, self.namespace)
+        flow.kueue_queues(self.api, suffix=self.namespace, namespace=self.namespace,
+                          check_controller=admission.CONTROLLER_NAME)
+        self.check = f"ac-{self.namespace}"
+        log.info("example: namespace %s", self.namespace)
+        self.marks = pathlib.Path(tempfile.mkdtemp(prefix="fault-sm-"))
+        self.custom = kubernetes.client.CustomObjectsApi(self.api)
+        self.sc = Scenario(self.stack, self.api, self.namespace)
+        # Restarts are the machine's to choose: no failure policy ends the JobSet first.
+        self.sc.create_runtime(flow.runtime("sm", cpu="1", max_restarts=100, host_dirs={flow.MARKS: self.marks}))
+        self.sc.wait("Trainer's webhook to know the runtime", self._started)
+        self.resets: list[Execution] = []
+        self.admissions: list[int] = []  # the A of each admission, in order
+        self.preemptors = 0
+        self.running = False
+        self._admitted(since=time.monotonic())
+
+    def _started(self) -> bool:
+        """Start the TrainJob; False while Trainer's webhook refuses it for a runtime its cache has
+        not seen yet (after a restart of kube-apiserver its informers take seconds to catch up)."""
+        try:
+            self.sc.start("sm", queue="lq", job_id="fault.sm", command=COMMAND)
+        except kube.Forbidden as e:
+            if RUNTIME_NOT_SEEN not in str(e):
+                raise
+            return False
+        return True
+
+    # -- what every admission must show -----------------------------------------------------------
+
+    def _admitted(self, *, since: float) -> None:
+        """Admitted within the bound from SINCE, with A above every earlier admission's; the new
+        execution's pods carry it and have printed their identity."""
+        n = checks.admitted(self.sc, self.check, since=since)
+        assert all(n > earlier for earlier in self.admissions), (n, self.admissions)
+        self.admissions.append(n)
+        pods = self.sc.new_pods()
+        checks.carry(pods, n)
+        for pod in pods:
+            self.sc.run(pod)
+        self.running = True
+
+    def _set_active(self, active: bool) -> None:
+        self.custom.patch_namespaced_custom_object(*flow.KUEUE_API, self.namespace, "workloads",
+                                                   self.sc.workload()["metadata"]["name"], {"spec": {"active": active}})
+
+    def _stopped(self) -> None:
+        self.sc.wait("the TrainJob suspended and its pods gone",
+                     lambda: self.sc.trainjob()["spec"].get("suspend") and not self.sc.pods())
+        self.running = False
+
+    # -- rules ------------------------------------------------------------------------------------
+
+    @hypothesis.stateful.precondition(lambda self: not self.running)
+    @hypothesis.stateful.rule(fault=st.sampled_from(APPROVAL_FAULTS))
+    def approve(self, fault: str | None) -> None:
+        log.info("step: approve (%s)", fault or "no fault")
+        a = raising.counts(self.sc.trainjob()).current
+        if fault is None:
+            self._set_active(True)
+        elif fault == "our controller killed before the raise":
+            self.stack.kill(CONTROLLER)
+            self._set_active(True)
+            checks.reserved_not_raised(self.sc, self.check, admission=a)
+            self.stack.start_process(CONTROLLER)
+        else:
+            with checks.approval_held(self.api, self.check, namespace=self.namespace):
+                self._set_active(True)
+                checks.raised_not_approved(self.sc, self.check, above=a)
+                if fault.startswith("our controller"):
+                    self.stack.kill(CONTROLLER)
+                else:
+                    self.stack.plane.stop_apiserver()
+                    self.stack.plane.start_apiserver()
+            if fault.startswith("our controller"):
+                self.stack.start_process(CONTROLLER)
+        self._admitted(since=time.monotonic())
+
+    @hypothesis.stateful.precondition(lambda self: self.running)
+    @hypothesis.stateful.rule(how=st.sampled_from(EVICTIONS))
+    def evict(self, how: str) -> None:
+        log.info("step: evict (%s)", how)
+        if how == "deactivated":
+            self._set_active(False)
+            self._stopped()
+            return
+        # A TrainJob of a higher priority takes the quota, runs and ends; Kueue admits ours again.
+        self.preemptors += 1
+        high = Scenario(self.stack, self.api, self.namespace, service_account=False)
+        high.start("sm", queue="lq", job_id=f"fault.high{self.preemptors}",
+                   labels={"kueue.x-k8s.io/priority-class": f"high-{self.namespace}"})
+        self._stopped()
+        assert checks.admitted(high, self.check, since=time.monotonic()) >= 1
+        for pod in high.new_pods():
+            assert high.run(pod, until_exit=True).exit_code == 0
+        high.check_identities()
+        self._admitted(since=time.monotonic())
+
+    @hypothesis.stateful.precondition(lambda self: not self.running)
+    @hypothesis.stateful.rule()
+    def raise_by_hand(self) -> None:
+        log.info("step: raise_by_hand")
+        before = raising.counts(self.sc.trainjob()).current
+        raised = adapter.raise_admission(self.sc.client, namespace=self.namespace, name=self.sc.name)
+        assert raised.admission == before + 1
+
+    @hypothesis.stateful.precondition(lambda self: self.running)
+    @hypothesis.stateful.rule()
+    def restart(self) -> None:
+        log.info("step: restart")
+        [j] = {int(p["metadata"]["labels"][names.RESTART_LABEL]) for p in self.sc.pods()}
+        (self.marks / "fail").touch()
+        pods = self.sc.new_pods()
+        assert {p["metadata"]["labels"][names.RESTART_LABEL] for p in pods} == {str(j + 1)}
+        checks.carry(pods, self.admissions[-1])  # a JobSet restart raises nothing
+        for pod in pods:
+            self.sc.run(pod)
+
+    @hypothesis.stateful.precondition(lambda self: self.running and not self.resets)
+    @hypothesis.stateful.rule()
+    def delete_jobset(self) -> None:
+        log.info("step: delete_jobset")
+        old = self.sc.wait("the JobSet UID recorded", lambda: (
+            self.sc.trainjob()["metadata"].get("annotations") or {}).get(names.JOBSET_UID_ANNOTATION))
+        self.custom.delete_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", self.namespace, "jobsets",
+                                                    self.sc.name, body={"propagationPolicy": "Background"})
+        new = self.sc.wait("Trainer to build a new JobSet", lambda: (
+            (js := self.sc.jobset()) and js["metadata"]["uid"] != old and js))
+        if not self._orphans_collected(old, timeout=checks.ADMISSION_BOUND_SECONDS):
+            # The garbage collector's gap (docs/e2e.md, "The fault state machine"): restarted, it
+            # lists everything again and collects the orphan.
+            hypothesis.event("the garbage collector missed the deleted JobSet")
+            self.stack.plane.stop_component("kube-controller-manager")
+            self.stack.plane.start_component("kube-controller-manager")
+            assert self._orphans_collected(old, timeout=checks.ADMISSION_BOUND_SECONDS)
+        # The rebuilt JobSet's pods race their own detection (test_trainer_rebuild.py): the reset.
+        self.resets.extend(self.sc.run(pod) for pod in self.sc.new_pods())
+        cause = f"JobSet UID {new['metadata']['uid']} is not the recorded {old}: J may have been reset"
+        self.sc.wait("the foreign flag", lambda: cause in (self.sc.foreign() or "").split("\n"))
+
+    def _orphans_collected(self, jobset_uid: str, *, timeout: float) -> bool:
+        """Whether the Jobs of the deleted JobSet JOBSET_UID are gone within TIMEOUT. A Job left
+        must be exactly the garbage collector's gap: owned by that UID, which no JobSet has now."""
+        batch = kubernetes.client.BatchV1Api(self.api)
+
+        def owned() -> list[str]:
+            return [j.metadata.name for j in batch.list_namespaced_job(self.namespace).items
+                    if any(r.uid == jobset_uid for r in j.metadata.owner_references or [])]
+        try:
+            self.sc.wait("the deleted JobSet's Jobs to be collected", lambda: not owned(), timeout=timeout)
+        except AssertionError:
+            assert owned() and (self.sc.jobset() or {})["metadata"]["uid"] != jobset_uid
+            return False
+        return True
+
+    @hypothesis.stateful.rule(which=st.sampled_from(FAULTS))
+    def fault(self, which: str) -> None:
+        log.info("step: fault (%s)", which)
+        if which == "our controller killed":
+            self.stack.kill(CONTROLLER)
+            self.stack.start_process(CONTROLLER)
+        else:
+            self.stack.plane.stop_apiserver()
+            self.stack.plane.start_apiserver()
+
+    # -- after every step -------------------------------------------------------------------------
+
+    @hypothesis.stateful.invariant()
+    def identities_hold(self) -> None:
+        self.sc.check_identities(resets=self.resets)
+
+    @hypothesis.stateful.invariant()
+    def admission_as_approved(self) -> None:
+        workload = self.sc.workload()
+        entry = checks.check_entry(workload, self.check)
+        tj = self.sc.trainjob()
+        live = [p for p in self.sc.pods() if not p["metadata"].get("deletionTimestamp")]
+        if self.running:
+            n = self.admissions[-1]
+            assert entry.get("state") == "Ready" and checks.condition(workload, "Admitted"), entry
+            assert entry["message"] == f"A raised to {n}", entry
+            assert raising.counts(tj) == raising.Counts(patch=n, floor=n), raising.counts(tj)
+            assert checks.marker_uid(tj) == workload["metadata"]["uid"]
+            checks.carry(live, n)
+        else:
+            assert entry.get("state") != "Ready" and tj["spec"].get("suspend") and not live, (entry, live)
+        assert len(checks.ready_lines(self.stack, self.sc)) == len(self.admissions)
+
+    def teardown(self) -> None:
+        """Delete the namespace and wait for its pods to go: the next example needs the node's CPUs."""
+        try:
+            kubernetes.client.CoreV1Api(self.api).delete_namespace(self.namespace)
+            self.sc.wait("the example's pods to go", lambda: not kubernetes.client.CoreV1Api(
+                self.api).list_namespaced_pod(self.namespace).items)
+        finally:
+            self.api.close()
+            shutil.rmtree(self.marks, ignore_errors=True)
+
+
+def test_the_fault_machine(stack: stack_mod.Stack) -> None:
+    machine: Any = type("FaultMachineOnTheStack", (FaultMachine,), {"stack": stack})
+    hypothesis.stateful.run_state_machine_as_test(machine, settings=hypothesis.settings(
+        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None, derandomize=True,
+        phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+        suppress_health_check=list(hypothesis.HealthCheck)))
