@@ -86,6 +86,8 @@ def _probe(custom: kubernetes.client.CustomObjectsApi, namespace: str, check: st
     except kubernetes.client.ApiException as e:
         if "held by the fault suite" in str(e.body):
             return True
+        if e.status == 409:  # Kueue wrote the probe meanwhile: read it again
+            return False
         raise
     return False
 

@@ -64,7 +64,10 @@ CONTROLLER = "dispatch-controller"
 # rank failure). `rm` succeeds for one execution only, so one rank fails per file the test writes.
 COMMAND = ["/bin/sh", "-c",
            'env; trap "exit 0" TERM; while :; do rm /marks/fail 2>/dev/null && exit 3; sleep 0.2 & wait $!; done']
-RUNTIME_NOT_SEEN = "specified trainingRuntime must be created before the TrainJob is created"
+# Trainer's webhook and Kueue's TrainJob webhook each refuse a TrainJob whose runtime their cache has
+# not seen yet.
+RUNTIME_NOT_SEEN = ("specified trainingRuntime must be created before the TrainJob is created",
+                    "runtime 'sm' not found")
 EVICTIONS = ("deactivated", "preempted")
 FAULTS = ("our controller killed", "kube-apiserver restarted")
 APPROVAL_FAULTS = (
@@ -100,12 +103,12 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         self._admitted(since=time.monotonic())
 
     def _started(self) -> bool:
-        """Start the TrainJob; False while Trainer's webhook refuses it for a runtime its cache has
-        not seen yet (after a restart of kube-apiserver its informers take seconds to catch up)."""
+        """Start the TrainJob; False while Trainer's or Kueue's webhook refuses it for a runtime its
+        cache has not seen yet (after a restart of kube-apiserver its informers take seconds to catch up)."""
         try:
             self.sc.start("sm", queue="lq", job_id="fault.sm", command=COMMAND)
         except kube.Forbidden as e:
-            if RUNTIME_NOT_SEEN not in str(e):
+            if not any(refusal in str(e) for refusal in RUNTIME_NOT_SEEN):
                 raise
             return False
         return True
