@@ -28,6 +28,11 @@ COMMAND = ["/bin/sh", "-c",
            'while :; do sleep 1 & wait $!; done; fi; exit 0']
 
 
+def _active(sc: Scenario) -> int:
+    jobset = sc.jobset() or {}
+    return sum(int(r.get("active") or 0) for r in (jobset.get("status") or {}).get("replicatedJobsStatus") or [])
+
+
 def _rewrite_patch(sc: Scenario, admission: int) -> None:
     """The outsider: our runtime-patch entry replaced by one carrying ADMISSION (suspended)."""
     tj = sc.trainjob()
@@ -48,6 +53,9 @@ def test_an_execution_below_the_floor_that_ends_while_our_controller_is_down_is_
         first = sc.run(first_pod)
         sc.wait("the first execution in the history", lambda: history.of(sc.trainjob()).executions)
         adapter.hold(sc.client, namespace=namespace, name=sc.name)
+        # Trainer's webhook refuses a runtime-patch change while the JobSet counts the replicated job
+        # active (its status), which lasts until the held execution's pods are gone.
+        sc.wait("the held execution's pods to be gone", lambda: not sc.pods() and not _active(sc))
 
         stack.stop_process(CONTROLLER)
         assert adapter.raise_admission(sc.client, namespace=namespace, name=sc.name).admission == 2
