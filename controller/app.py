@@ -236,6 +236,7 @@ def run(settings: Settings) -> int:
     setup_logging()
     client = kube.load(kubeconfig=settings.kubeconfig, context=settings.context)
     metrics = health.Metrics()
+    metrics.api_requests.set_function(lambda: client.requests)
     server = health.HealthServer(host=settings.health_host, port=settings.health_port, metrics=metrics)
     server.start()
     server.live.set()

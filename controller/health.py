@@ -40,6 +40,11 @@ class Metrics:
             "Workloads seen with quota reserved and our check Pending, not yet Ready",
             registry=self.registry,
         )
+        self.api_requests = prometheus_client.Gauge(
+            "dispatch_api_requests",
+            "Kubernetes API requests sent by this process (each retry and each list or watch connection counted)",
+            registry=self.registry,
+        )
         self.sidecar_reports = prometheus_client.Counter(
             "dispatch_sidecar_reports",
             "Sidecar reports, by whether the controller's own re-read confirmed them",

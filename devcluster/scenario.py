@@ -314,12 +314,14 @@ KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
 
 
 def kueue_queues(api: kubernetes.client.ApiClient, *, suffix: str, namespace: str, check_controller: str,
-                 cpu: str = "1500m") -> None:
+                 cpu: str = "1500m", check: bool = True) -> None:
     """ResourceFlavor, an AdmissionCheck served by `check_controller`, a
     ClusterQueue of `cpu` (room for one TrainJob of 1 CPU; the sidecar's
     requests are CPU and memory, so both are covered) that requires the check
-    and preempts lower priorities, a LocalQueue `lq` in `namespace`, and two
-    WorkloadPriorityClasses `low-<suffix>` and `high-<suffix>`."""
+    (unless CHECK is false: the same queue without it, the baseline of
+    bench/admission) and preempts lower priorities, a LocalQueue `lq` in
+    `namespace`, and two WorkloadPriorityClasses `low-<suffix>` and
+    `high-<suffix>`."""
     custom = kubernetes.client.CustomObjectsApi(api)
 
     def create(plural: str, body: dict[str, Any], ns: str | None = None) -> None:
@@ -337,7 +339,7 @@ def kueue_queues(api: kubernetes.client.ApiClient, *, suffix: str, namespace: st
         "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
             {"name": f"rf-{suffix}", "resources": [{"name": "cpu", "nominalQuota": cpu},
                                                    {"name": "memory", "nominalQuota": "64Gi"}]}]}],
-        "admissionChecksStrategy": {"admissionChecks": [{"name": f"ac-{suffix}"}]},
+        "admissionChecksStrategy": {"admissionChecks": [{"name": f"ac-{suffix}"}] if check else []},
         "preemption": {"withinClusterQueue": "LowerPriority"},
     }})
     for name, value in (("low", 10), ("high", 1000)):
