@@ -88,15 +88,24 @@ class Controller:
         # (single dict operations, atomic under the GIL).
         self._seen_reserved: dict[str, float] = {}
         metrics.awaiting_ready.set_function(lambda: len(self._seen_reserved))
+        # JobSet key -> the UID last handed to the detector. Its rule reads only a JobSet's UID
+        # (recorded when first seen, a different one flagged), which never changes for one object:
+        # the status updates a JobSet gets while it runs carry nothing for it, and each would cost
+        # the worker a read of the TrainJob, ahead of admissions in the queue (bench/admission).
+        # Dropped when the JobSet is deleted; written by the JobSet informer's thread only.
+        self._jobset_uids: dict[str, str] = {}
         ns = settings.namespace or None
         mk = lambda res, handler, **kw: informer.Informer(  # noqa: E731
             client, res, handler=handler, namespace=ns if res.namespaced else None, stop=self.stop, **kw
         )
+        # A cached Workload or JobSet is only a key and a status to this controller (a Workload is
+        # read fresh before anything is written; the JobSet rule reads the UID): their specs, which
+        # hold every pod template, are not kept, nor any object's managedFields (bench/admission).
         self.informers = [
             mk(paths.ADMISSION_CHECK, self._on_check),
-            mk(paths.WORKLOAD, self._on_workload),
-            mk(paths.JOBSET, self._on_jobset),
-            mk(paths.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL),
+            mk(paths.WORKLOAD, self._on_workload, transform=slim),
+            mk(paths.JOBSET, self._on_jobset, transform=slim),
+            mk(paths.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL, transform=without_managed_fields),
             mk(paths.EVENT, self._on_event, field_selector=f"reason={names.SIDECAR_VIOLATION_REASON}"),
         ]
         self.threads: list[threading.Thread] = []
@@ -138,8 +147,13 @@ class Controller:
                      extra={"workload": f"{meta['namespace']}/{meta['name']}"})
 
     def _on_jobset(self, kind: str, js: Obj) -> None:
-        if kind != "DELETED" and marks.owner_trainjob(js):
-            self.queue.add(("jobset", js["metadata"]["namespace"], js["metadata"]["name"]), js)
+        meta = js["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        if kind == "DELETED":
+            self._jobset_uids.pop(key, None)
+        elif marks.owner_trainjob(js) and self._jobset_uids.get(key) != meta["uid"]:
+            self._jobset_uids[key] = meta["uid"]
+            self.queue.add(("jobset", meta["namespace"], meta["name"]), js)
 
     def _on_pod(self, kind: str, pod: Obj) -> None:
         if kind != "DELETED":
@@ -228,6 +242,17 @@ class Controller:
 
 
 Obj = dict[str, Any]
+
+
+def without_managed_fields(obj: Obj) -> Obj:
+    """Pure: OBJ without metadata.managedFields (who wrote which field: never read here)."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
+
+
+def slim(obj: Obj) -> Obj:
+    """Pure: OBJ without its spec and managedFields: the metadata and status the handlers read."""
+    return {k: v for k, v in without_managed_fields(obj).items() if k != "spec"}
 
 
 def run(settings: Settings) -> int:

@@ -229,9 +229,11 @@ class Detector:
         if meta.get("deletionTimestamp"):
             return False
         name = marks.owner_trainjob(jobset)
-        if name is None or self._trainjob(meta["namespace"], name) is None:
+        trainjob = None if name is None else self._trainjob(meta["namespace"], name)
+        if name is None or trainjob is None:
             return False
-        violation = adapter.record_jobset_uid(self.client, namespace=meta["namespace"], name=name, uid=meta["uid"])
+        violation = adapter.record_jobset_uid(self.client, namespace=meta["namespace"], name=name, uid=meta["uid"],
+                                              first=trainjob)
         if violation is None:
             return False
         return self._flag(namespace=meta["namespace"], name=name, violation=violation)

@@ -334,12 +334,13 @@ def kueue_queues(api: kubernetes.client.ApiClient, *, suffix: str, namespace: st
     create("resourceflavors", {"kind": "ResourceFlavor", "metadata": {"name": f"rf-{suffix}"}})
     create("admissionchecks", {"kind": "AdmissionCheck", "metadata": {"name": f"ac-{suffix}"},
                                "spec": {"controllerName": check_controller}})
+    strategy = {"admissionChecksStrategy": {"admissionChecks": [{"name": f"ac-{suffix}"}]}} if check else {}
     create("clusterqueues", {"kind": "ClusterQueue", "metadata": {"name": f"cq-{suffix}"}, "spec": {
         "namespaceSelector": {},
         "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
             {"name": f"rf-{suffix}", "resources": [{"name": "cpu", "nominalQuota": cpu},
                                                    {"name": "memory", "nominalQuota": "64Gi"}]}]}],
-        "admissionChecksStrategy": {"admissionChecks": [{"name": f"ac-{suffix}"}] if check else []},
+        **strategy,
         "preemption": {"withinClusterQueue": "LowerPriority"},
     }})
     for name, value in (("low", 10), ("high", 1000)):

@@ -314,9 +314,11 @@ def is_flagged(trainjob: Obj) -> bool:
     return bool(annotations.get(names.FOREIGN_ANNOTATION) or annotations.get(causes.DROPPED_ANNOTATION))
 
 
-def record_jobset_uid(client: kube.Client, *, namespace: str, name: str, uid: str) -> detect.Violation | None:
+def record_jobset_uid(client: kube.Client, *, namespace: str, name: str, uid: str,
+                      first: Obj | None = None) -> detect.Violation | None:
     """Record the JobSet UID the first time it is seen; a different one later
-    is the jobset-uid violation (returned, for the caller to flag)."""
+    is the jobset-uid violation (returned, for the caller to flag). `first`: the
+    TrainJob as the caller just read it from the server (saves the read)."""
 
     def compute(trainjob: Obj) -> tuple[Obj | None, detect.Violation | None]:
         annotations = trainjob["metadata"].get("annotations") or {}
@@ -328,7 +330,8 @@ def record_jobset_uid(client: kube.Client, *, namespace: str, name: str, uid: st
         return trainjob, None
 
     try:
-        violation, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute)
+        violation, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute,
+                                                first=first)
     except kube.NotFound:
         return None
     return violation

@@ -23,6 +23,11 @@ never miss a deletion (the controller). With `on_list`, the list is handed
 over whole, with the monotonic time it started, and no cache is kept: the
 caller holds the state and diffs (the dispatcher's ledger).
 
+With `transform`, every object is passed through it as it arrives, before
+the cache and the handler see it (client-go's SetTransform): a controller
+that keeps thousands of objects drops the fields it never reads from them
+(managedFields, a spec it reads fresh before acting) rather than hold them.
+
 `run(max_rounds=...)` bounds the loop for tests (each list or watch
 connection is a round): the loop that runs in production is the one tested.
 """
@@ -63,6 +68,7 @@ class Informer:
         watch_timeout: int = 240,
         stop: threading.Event | None = None,
         on_list: ListHandler | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -73,6 +79,7 @@ class Informer:
         self.watch_timeout = watch_timeout
         self.stop = stop or threading.Event()
         self.on_list = on_list
+        self.transform = transform or (lambda obj: obj)
         self.backoff = backoff.Backoff(base=0.2, cap=10.0)
         self.synced = threading.Event()
         self.relists = 0  # lists after the first (410s and errors), for tests and metrics
@@ -106,6 +113,7 @@ class Informer:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
         )
+        items = [self.transform(o) for o in items]
         if self.on_list is not None:
             try:
                 self.on_list(items, started)
@@ -140,6 +148,7 @@ class Informer:
                 self._rv = rv
             if kind == "BOOKMARK":
                 continue
+            obj = self.transform(obj)
             if self.on_list is None:
                 with self._lock:
                     if kind == "DELETED":
