@@ -71,6 +71,7 @@ bench: venv images controlplane
 	$(PY) bench/sidecar
 	$(PY) bench/dispatcher --runs 300 --inflight 100
 	$(PY) bench/controller
+	$(PY) bench/admission
 	$(PY) bench/checkpoint
 	bash bench/wrap
 

@@ -23,6 +23,7 @@ SMOKE = {
     "prologue": ([sys.executable], [], 300),
     "wrap": (["bash"], [], 120),
     "controller": ([sys.executable], [pytest.mark.cluster], 600),
+    "admission": ([sys.executable], [pytest.mark.cluster], 600),
     "dispatcher": ([sys.executable], [pytest.mark.cluster], 600),
     "sidecar": ([sys.executable], [pytest.mark.cluster, pytest.mark.images], 900),
 }

@@ -121,3 +121,18 @@ def test_a_thousand_workloads_created_and_deleted_leave_no_clock_behind(admin, n
     assert left == []
     print(f"{COUNT} Workloads created, reserved and deleted in {made:.1f}s; "
           f"{_metric(ctl, 'dispatch_check_ready_seconds_count'):.0f} approved on the way")
+
+
+def test_the_api_requests_it_sends_are_counted_on_metrics(admin, namespace, start_controller):
+    """`dispatch_api_requests`: every request sent, what bench/admission divides by the admissions."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    wl = kit.create_workload(admin, tj)["metadata"]["name"]
+    ctl = start_controller()
+    listed = _metric(ctl, "dispatch_api_requests")
+    assert listed >= 5  # ready: each of its five informers has listed
+    kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+    wait_until(lambda: kit.check_entry(admin, namespace=namespace, name=wl, check=check).get("state") == "Ready",
+               what="Ready", timeout=60)
+    # At least: the Workload, its TrainJob and the runtime read fresh, the raise, Ready.
+    assert _metric(ctl, "dispatch_api_requests") - listed >= 5
