@@ -26,17 +26,26 @@ runtime and reactivates it. Otherwise:
     2. set our check Ready ("A raised to N"), as a status update
        preconditioned on that same rv.
 
-The invariant: Ready is only ever written on a Workload version W such that
-the TrainJob already carries raised-for = W (step 2 needs W unchanged, and
-step 1 landed W's marker together with the raise). Every eviction or
-re-admission changes the Workload's resourceVersion, so a new admission can
-never be approved on an old raise.
+The invariant: Ready is only ever written with an A that no execution has
+started with. Either the TrainJob carries raised-for = W and Ready is written
+on that version W (step 2 needs W unchanged, and step 1 landed W's marker
+together with the raise), or the pass that raised for W finds a newer version
+of the same Workload still waiting on our check and the TrainJob's spec
+unchanged since its own raise (metadata.generation as the raise's write left
+it, still suspended, our A in its patch and floor, our marker): no execution
+has started since the raise, since starting one changes spec.suspend.
+
+A 409 on step 2 (Kueue wrote the Workload between our read and our Ready)
+is that second case: the pass reads both again and, if they still qualify,
+writes Ready on the new version with the same A, so one admission costs one
+raise. Otherwise the next pass decides from a fresh read.
 
 Crash between 1 and 2: the next pass reads the Workload; if it is still W,
 the marker matches and step 1 writes nothing (no double raise) before step
 2. If it changed meanwhile (Kueue touched it), the marker does not match and
-A is raised again: R grows by two instead of one, which is still monotonic.
-A 409 on step 2 is the same case. So R always increases across admissions.
+A is raised again: R grows by two instead of one, which is still monotonic
+(a new process does not know its predecessor's write, so it cannot vouch
+for the generation). So R always increases across admissions.
 
 An evicted Workload is left alone until Kueue reserves quota for it again.
 Kueue sets Evicted and resets our check to Pending at once, but keeps the
@@ -62,6 +71,7 @@ Obj = dict[str, Any]
 
 CONTROLLER_NAME = adapter.CHECK_CONTROLLER_NAME
 UNTOUCHED = "not a dispatch TrainJob: approved without a raise"
+READY_ATTEMPTS = 3  # Ready writes per pass: the first, and two after a Workload write Kueue slipped in
 log = logging.getLogger(__name__)
 
 
@@ -184,12 +194,48 @@ def reconcile_workload(
         # Not suspended (or gone): never approve without the raise.
         log.warning("not raised, check left Pending: %s", exc, extra={"workload": f"{namespace}/{name}"})
         return Outcome("refused")
+    for _ in range(READY_ATTEMPTS):
+        try:
+            client.replace(paths.WORKLOAD, with_check_ready(workload, checks=checks, admission=raised.admission),
+                           subresource="status")
+            return Outcome("ready", raised.admission, raised.conflicts, raised.written)
+        except kube.NotFound:
+            break
+        except kube.Conflict:
+            # Kueue wrote the Workload between our read and our Ready (its own status, often).
+            again = _still_approvable(client, workload, checks=checks, ours=ours, trainjob=trainjob, mark=mark,
+                                      raised=raised)
+            if again is None:
+                break
+            workload = again
+    # The Workload moved on in a way this raise cannot vouch for: the next pass decides from a
+    # fresh read (and raises again if it must).
+    return Outcome("stale", raised.admission, raised.conflicts, raised.written)
+
+
+def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], ours: set[str], trainjob: str,
+                      mark: str, raised: adapter.Raised) -> Obj | None:
+    """The Workload read again, when the A just raised may still be its approval; else None.
+
+    It may when the Workload is the same object still waiting on the same checks of ours, and the
+    TrainJob's spec has not changed since our raise (its generation is the one our write left:
+    never unsuspended since, so no execution has started with this A), still suspended, with our
+    A as its patch and floor and our raise's marker. Anything else, even a write that looks
+    harmless, sends the decision back to a fresh pass."""
+    namespace = workload["metadata"]["namespace"]
     try:
-        client.replace(paths.WORKLOAD, with_check_ready(workload, checks=checks, admission=raised.admission), subresource="status")
-    except (kube.Conflict, kube.NotFound):
-        # The Workload moved on; the next pass decides from a fresh read.
-        return Outcome("stale", raised.admission, raised.conflicts, raised.written)
-    return Outcome("ready", raised.admission, raised.conflicts, raised.written)
+        again = client.get(paths.WORKLOAD, name=workload["metadata"]["name"], namespace=namespace)
+        tj = client.get(paths.TRAINJOB, name=trainjob, namespace=namespace)
+    except kube.NotFound:
+        return None
+    same = (again["metadata"].get("uid") == workload["metadata"].get("uid")
+            and pending_checks(again, ours) == checks)
+    untouched = (raised.generation is not None
+                 and (tj.get("metadata") or {}).get("generation") == raised.generation
+                 and raising.is_suspended(tj)
+                 and raising.counts(tj) == raising.Counts(patch=raised.admission, floor=raised.admission)
+                 and ((tj["metadata"].get("annotations") or {}).get(adapter.RAISED_FOR_ANNOTATION) == mark))
+    return again if same and untouched else None
 
 
 def _set(client: kube.Client, workload: Obj, *, checks: list[str], state: str, message: str, action: str) -> Outcome:

@@ -63,6 +63,7 @@ class Raised:
     conflicts: int  # 409s re-read and recomputed
     written: bool = True
     jobset_reset: str | None = None  # a JobSet UID mismatch seen (and flagged) before the raise
+    generation: int | None = None  # the TrainJob's metadata.generation after the write (or as found)
 
 
 def raise_admission(
@@ -87,21 +88,29 @@ def raise_admission(
         if skip_if is not None:
             found = skip_if(trainjob)
             if found is not None:
-                return None, Raised(found, 0, written=False)
+                return None, Raised(found, 0, written=False, generation=_generation(trainjob))
         try:
             new, admission = raising.raised(trainjob, unsuspend=unsuspend, record=record)
         except raising.RaiseRefused as exc:
             raise AdapterError(str(exc)) from None
         return new, Raised(admission, 0)
 
+    written: list[Obj] = []
     try:
         result, conflicts = client.read_modify_write(
             paths.TRAINJOB, name=name, namespace=namespace, compute=compute, on_conflict=on_conflict, first=first,
-            field_manager=names.RAISE_FIELD_MANAGER,
+            field_manager=names.RAISE_FIELD_MANAGER, on_written=written.append,
         )
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
+    if written:
+        result = dataclasses.replace(result, generation=_generation(written[0]))
     return dataclasses.replace(result, conflicts=conflicts)
+
+
+def _generation(trainjob: Obj) -> int | None:
+    generation = (trainjob.get("metadata") or {}).get("generation")
+    return generation if isinstance(generation, int) and not isinstance(generation, bool) else None
 
 
 # -- start ------------------------------------------------------------

@@ -351,6 +351,7 @@ class Client:
         on_conflict: Callable[[], None] | None = None,
         first: Obj | None = None,
         field_manager: str | None = None,
+        on_written: Callable[[Obj], None] | None = None,
     ) -> tuple[T, int]:
         """Read, compute, write preconditioned on the read; on 409 read again.
 
@@ -358,8 +359,10 @@ class Client:
         a result). It is called on every fresh read, so the written value is
         always derived from the version it is preconditioned on. `first` is
         an already-read copy to start from (an informer's): it is only a
-        hint, a conflict sends us back to the server. Returns the result of
-        the compute whose write landed and the number of conflicts retried.
+        hint, a conflict sends us back to the server. `on_written` gets the
+        object the server returned for the write that landed. Returns the
+        result of the compute whose write landed and the number of
+        conflicts retried.
         """
         conflicts = 0
         obj = first if first is not None else self.get(res, name=name, namespace=namespace)
@@ -368,7 +371,9 @@ class Client:
             if new is None:
                 return result, conflicts
             try:
-                self.replace(res, new, subresource=subresource, field_manager=field_manager)
+                written = self.replace(res, new, subresource=subresource, field_manager=field_manager)
+                if on_written is not None:
+                    on_written(written)
                 return result, conflicts
             except Conflict:
                 conflicts += 1

@@ -4,6 +4,7 @@ under its shipped RBAC."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import pytest
@@ -187,3 +188,62 @@ def test_leader_election_lets_one_replica_act_and_the_standby_takes_over(admin, 
     kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     entry = _ready(admin, namespace, wl, check)
     assert entry["message"] == "A raised to 1"
+
+
+def _kueue_writes_the_workload_after_the_raise(client: kube.Client, admin: kube.Client, *, namespace: str,
+                                               workload: str, also=None) -> None:
+    """Slip a write of the Workload (a label, as any writer's update changes its resourceVersion)
+    in right after the raise lands, before our Ready: the moment Kueue often takes. `also` runs
+    there too."""
+    replace = client.replace
+
+    def raise_then_kueue(res, obj, **kw):
+        written = replace(res, obj, **kw)
+        if res == paths.TRAINJOB:
+            admin.merge_patch(paths.WORKLOAD, {"metadata": {"labels": {"touched": "yes"}}},
+                              name=workload, namespace=namespace)
+            if also is not None:
+                also()
+        return written
+
+    client.replace = raise_then_kueue  # type: ignore[method-assign]
+
+
+def test_a_workload_write_between_the_raise_and_the_ready_costs_no_second_raise(admin, namespace,
+                                                                                  controller_kubeconfig):
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
+    kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+    with contextlib.closing(kube.load(kubeconfig=controller_kubeconfig)) as client:
+        _kueue_writes_the_workload_after_the_raise(client, admin, namespace=namespace, workload=wl)
+        outcome = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check})
+    assert (outcome.action, outcome.admission) == ("ready", 1)
+    assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["message"] == "A raised to 1"
+    assert raising.counts(admin.get(paths.TRAINJOB, name=name, namespace=namespace)) == raising.Counts(patch=1, floor=1)
+
+
+def test_a_trainjob_started_and_stopped_between_the_raise_and_the_ready_is_raised_again(admin, namespace,
+                                                                                         controller_kubeconfig):
+    """The guard that can fail: unsuspended (an execution may have started with A = 1) and
+    suspended again while the Workload was written. The A just raised may have been used: no
+    Ready for it; the next pass raises to 2 and approves that."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
+    kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+
+    def started_and_stopped() -> None:
+        kit.set_suspend(admin, namespace, name, False)
+        kit.set_suspend(admin, namespace, name, True)
+
+    with contextlib.closing(kube.load(kubeconfig=controller_kubeconfig)) as client:
+        _kueue_writes_the_workload_after_the_raise(client, admin, namespace=namespace, workload=wl,
+                                                   also=started_and_stopped)
+        first = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check})
+    assert (first.action, first.admission) == ("stale", 1)
+    assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["state"] == "Pending"
+    with contextlib.closing(kube.load(kubeconfig=controller_kubeconfig)) as client:
+        second = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check})
+    assert (second.action, second.admission) == ("ready", 2)
+    assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["message"] == "A raised to 2"
