@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -58,7 +59,12 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule() -> None
     # The dispatcher stage: every run done under the caps, the OOM-killed driver reported and its sandbox reaped.
     done = next(line for line in lines if "all 20 runs done:" in line)
     assert "19 succeeded, 1 failed; one Job per run; peak in flight 4 (cap 4)" in done, done
-    assert "swe-bench 3/3, gpu-eval 2/2" in done, done
+    # Each harness ran and never went over its limit; whether it reached its limit under the global
+    # cap depends on which runs the backend hands out when a slot frees, so it is not asserted.
+    peaks = {name: (int(peak), int(limit))
+             for name, peak, limit in re.findall(r"(swe-bench|gpu-eval) (\d+)/(\d+)", done)}
+    assert {name: limit for name, (_, limit) in peaks.items()} == {"swe-bench": 3, "gpu-eval": 2}, done
+    assert all(1 <= peak <= limit for peak, limit in peaks.values()), done
     assert any("reported failed: reason OOMKilled, exit code 137, log tail 'step 40" in line for line in lines), lines
     assert any("its orphaned sandbox pod sandbox-" in line and line.endswith("was reaped") for line in lines), lines
     assert "refused as expected: spec.template.spec.failurePolicy.restartStrategy" in proc.stdout
