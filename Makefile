@@ -6,20 +6,29 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv images controlplane controllers test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
+.PHONY: deps venv release images controlplane controllers test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
 deps:
 	sh scripts/install-host-packages.sh
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[test]'
 	touch $@
 
 venv: deps $(STAMP)
 
 images: venv
 	bash scripts/build-images.sh
+
+# The release bundle (release/, docs/install.md): builds the controller, dispatcher, sidecar and
+# test-driver images, pushes them to REGISTRY (podman, as logged in there) and writes one install
+# manifest per part into OUT, every image as REGISTRY/dispatch/NAME:TAG@sha256:DIGEST.
+#   make release REGISTRY=HOST[:PORT][/PATH] [VERSION=0.1.0] [OUT=dist/release]
+OUT ?= dist/release
+release: venv images controlplane
+	@test -n "$(REGISTRY)" || { echo "make release: REGISTRY=host[:port][/path] is required" >&2; exit 2; }
+	$(PY) -m release --registry '$(REGISTRY)' --out '$(OUT)' $(if $(VERSION),--version '$(VERSION)')
 
 controlplane: deps
 	bash devcluster/build-controlplane.sh

@@ -63,11 +63,11 @@ Failed, say, expect = demo_output.Failed, demo_output.say, demo_output.expect
 
 def _stage_runtime(low: scenario.Scenario, marks: pathlib.Path) -> None:
     say("runtime: toolkit render runtime + check-runtime")
-    fit = render.runtime(scenario.runtime("demo", cpu="1"))
+    fit = render.runtime(scenario.runtime("demo", cpu="1"), sidecar_image=local.SIDECAR_IMAGE)
     expect(runtime_check.check(fit) == [], "the rendered runtime passes check-runtime")
     bad = scenario.runtime("in-place")
     bad["spec"]["template"]["spec"]["failurePolicy"]["restartStrategy"] = "InPlaceRestart"
-    refusals = runtime_check.check(render.runtime(bad))
+    refusals = runtime_check.check(render.runtime(bad, sidecar_image=local.SIDECAR_IMAGE))
     expect(refusals, "a runtime that restarts in place is refused")
     say(f"  refused as expected: {refusals[0]}")
     low.create_runtime(scenario.runtime("demo", cpu="900m", host_dirs={scenario.MARKS: marks}))

@@ -8,8 +8,10 @@ A context holds only what its Containerfile copies:
   dispatcher  dispatcher/, the toolkit modules the Containerfile names, and
               wheels/ of the client it uses (`pip wheel`, on the host)
   controller  wheels/ of the project and its dependencies (`pip wheel .`)
+  test-driver images/test-driver/driver (the reference driver the dispatcher's Jobs run)
 Every Containerfile takes its base as the build argument BASE; here the local
-Python base that scripts/build-images.sh makes (no registry is reachable).
+Python base that scripts/build-images.sh makes (no registry is reachable), and
+its busybox base for the test driver.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IMAGES = REPO / "images"
 PYTHON_BASE = "localhost/dispatch-base/python:3.11-bookworm"
+BUSYBOX_BASE = "localhost/dispatch-base/busybox:1.35-static"
 # The build stage of images/sidecar.Containerfile carries this label, so that its image can be removed.
 SIDECAR_BUILD_STAGE_LABEL = "dispatch.stage=sidecar-build"
 _NO_CACHE = shutil.ignore_patterns("__pycache__")
 
 
-def _podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """podman with the project's own containers.conf, as scripts/build-images.sh runs it (never /etc's)."""
     env = {**os.environ, "CONTAINERS_CONF": str(REPO / "scripts" / "containers.conf")}
     return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
@@ -62,16 +65,25 @@ def controller_context(dest: pathlib.Path) -> pathlib.Path:
     return IMAGES / "controller.Containerfile"
 
 
-CONTEXTS = {"sidecar": sidecar_context, "dispatcher": dispatcher_context, "controller": controller_context}
+def test_driver_context(dest: pathlib.Path) -> pathlib.Path:
+    (dest / "images" / "test-driver").mkdir(parents=True)
+    shutil.copy(IMAGES / "test-driver" / "driver", dest / "images" / "test-driver" / "driver")
+    return IMAGES / "test-driver.Containerfile"
 
 
-def build(component: str, *, tag: str, workdir: pathlib.Path) -> str:
-    """Build COMPONENT's image as TAG with podman (a context made in WORKDIR); returns TAG."""
+CONTEXTS = {"sidecar": sidecar_context, "dispatcher": dispatcher_context, "controller": controller_context,
+            "test-driver": test_driver_context}
+BASES = {"test-driver": BUSYBOX_BASE}
+
+
+def build(component: str, *, tag: str, workdir: pathlib.Path, labels: dict[str, str] | None = None) -> str:
+    """Build COMPONENT's image as TAG with podman (a context made in WORKDIR), with LABELS; returns TAG."""
     context = workdir / f"{component}-context"
     context.mkdir()
     containerfile = CONTEXTS[component](context)
-    done = _podman("build", "-q", "--isolation", "chroot", "--build-arg", f"BASE={PYTHON_BASE}",
-                   "-f", str(containerfile), "-t", tag, str(context), timeout=900)
+    done = podman("build", "-q", "--isolation", "chroot", "--build-arg", f"BASE={BASES.get(component, PYTHON_BASE)}",
+                  *(f"--label={k}={v}" for k, v in (labels or {}).items()),
+                  "-f", str(containerfile), "-t", tag, str(context), timeout=900)
     if done.returncode != 0:
         raise RuntimeError(f"podman build of {component} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
     if component == "sidecar":
@@ -81,18 +93,18 @@ def build(component: str, *, tag: str, workdir: pathlib.Path) -> str:
 
 def remove_sidecar_build_stage() -> None:
     """Remove the sidecar build stage's images (podman keeps them; ~180 MB each)."""
-    ids = _podman("images", "-q", "--filter", f"label={SIDECAR_BUILD_STAGE_LABEL}").stdout.split()
+    ids = podman("images", "-q", "--filter", f"label={SIDECAR_BUILD_STAGE_LABEL}").stdout.split()
     if ids:
-        _podman("rmi", *ids)
+        podman("rmi", *ids)
 
 
 def size_bytes(image: str) -> int:
     """The image's uncompressed size as podman reports it (the sum of its layers)."""
-    done = _podman("image", "inspect", "--format", "{{.Size}}", image)
+    done = podman("image", "inspect", "--format", "{{.Size}}", image)
     if done.returncode != 0:
         raise RuntimeError(f"{image}: {done.stderr.strip()} (make images builds it)")
     return int(done.stdout.strip())
 
 
 def remove(image: str) -> None:
-    _podman("rmi", image)
+    podman("rmi", image)

@@ -31,9 +31,11 @@ import shutil
 from devcluster import harness, node as node_mod, stack as stack_mod
 
 # The images the local cluster's pods use, moved from podman's store into the node's containerd.
+# The sidecar the local cluster's runtimes name (render.runtime's sidecar_image): this checkout's build.
+SIDECAR_IMAGE = "localhost/dispatch/sidecar:dev"
 NODE_IMAGES = (
     "localhost/dispatch-base/busybox:1.35-static",
-    "localhost/dispatch/sidecar:dev",
+    SIDECAR_IMAGE,
     "localhost/dispatch/sample-trainer:busybox",
     "localhost/dispatch/sample-trainer:python",
     "localhost/dispatch/test-driver:dev",

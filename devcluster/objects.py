@@ -17,6 +17,7 @@ import datetime
 import uuid
 from typing import Any
 
+from devcluster import local
 from toolkit import kube, names, paths, raising, render
 
 Obj = dict[str, Any]
@@ -58,7 +59,7 @@ def runtime_body(name: str = RUNTIME) -> Obj:
         "spec": {"template": {"spec": {"replicatedJobs": [
             {"name": "node", "replicas": 1, "template": {"spec": {"template": {"spec": pod_spec}}}}
         ]}}},
-    })
+    }, sidecar_image=local.SIDECAR_IMAGE)
 
 
 def ensure_runtime(client: kube.Client, namespace: str) -> Obj:

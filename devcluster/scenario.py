@@ -32,7 +32,7 @@ import kubernetes.client
 import kubernetes.utils
 import yaml
 
-from devcluster import stack as stack_mod
+from devcluster import local, stack as stack_mod
 from toolkit import adapter, kube, names, paths, render
 from toolkit import request as request_mod
 
@@ -149,7 +149,7 @@ class Scenario:
                         raise
 
     def create_runtime(self, doc: dict[str, Any], *, fit: bool = True) -> None:
-        body = render.runtime(doc) if fit else doc
+        body = render.runtime(doc, sidecar_image=local.SIDECAR_IMAGE) if fit else doc
         self.custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", self.namespace,
                                                     "trainingruntimes", body)
 

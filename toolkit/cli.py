@@ -304,7 +304,8 @@ def render_trainjob(request_file: str, output: str | None) -> None:
 @render.command("runtime")
 @click.argument("runtime_file", metavar="RUNTIME")
 @output_option
-@click.option("--sidecar-image", metavar="IMAGE", default=None, help="The sidecar verifier's image.")
+@click.option("--sidecar-image", metavar="IMAGE", default=None,
+              help="The sidecar verifier's image (default: the recorded release's, REGISTRY/dispatch/sidecar:TAG@sha256:...).")
 @click.option(
     "--service-account", metavar="NAME", default=None, help="The ServiceAccount the sidecar runs as."
 )
@@ -330,7 +331,7 @@ def render_runtime(runtime_file: str, output: str | None, sidecar_image: str | N
             out.append(
                 render_mod.runtime(
                     doc,
-                    sidecar_image=sidecar_image or names.SIDECAR_IMAGE,
+                    sidecar_image=sidecar_image,
                     service_account=service_account or names.SIDECAR_SERVICE_ACCOUNT,
                 )
             )

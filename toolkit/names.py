@@ -55,7 +55,6 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # (an initContainer with restartPolicy Always) in the `node` pod template.
 SIDECAR_CONTAINER = "dispatch-sidecar"
 SIDECAR_SERVICE_ACCOUNT = "dispatch-sidecar"
-SIDECAR_IMAGE = "localhost/dispatch/sidecar:dev"
 # A Downward API volume mounted here holds one file per item: `annotations`
 # and `labels` (the pod's, as key="value" lines), `name` and `namespace`.
 PODINFO_VOLUME = "dispatch-podinfo"

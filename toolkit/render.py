@@ -35,7 +35,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toolkit import names, raising, runtime_check, wrap
+from toolkit import names, raising, releaseinfo, runtime_check, wrap
 from toolkit import request as request_mod
 
 Obj = dict[str, Any]
@@ -99,8 +99,13 @@ def _field_env(name: str, path: str) -> Obj:
     return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
 
 
-def sidecar_container(*, image: str = names.SIDECAR_IMAGE, env: Sequence[Obj] = ()) -> Obj:
-    """The sidecar verifier as a native sidecar container (see the module docstring)."""
+def sidecar_container(*, image: str | None = None, env: Sequence[Obj] = ()) -> Obj:
+    """The sidecar verifier as a native sidecar container (see the module docstring). IMAGE
+    defaults to the sidecar of the release this installation records (toolkit.releaseinfo)."""
+    image = image or releaseinfo.sidecar_image()
+    if not image:
+        raise RenderError("sidecar image: none given, and this installation records no release (`make release` "
+                          "records one): pass --sidecar-image REGISTRY/dispatch/sidecar:TAG@sha256:DIGEST")
     return {
         "name": names.SIDECAR_CONTAINER,
         "image": image,
@@ -183,7 +188,7 @@ def _list_at(parent: Obj, key: str, path: str) -> list[Any]:
 def runtime(
     doc: Mapping[str, Any],
     *,
-    sidecar_image: str = names.SIDECAR_IMAGE,
+    sidecar_image: str | None = None,
     service_account: str = names.SIDECAR_SERVICE_ACCOUNT,
 ) -> Obj:
     """A copy of the runtime with §5's fields and the sidecar added."""

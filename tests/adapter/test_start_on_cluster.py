@@ -26,7 +26,7 @@ def _runtime(name: str, *, restart_policy: str | None) -> dict:
         ]}}},
     }
     if restart_policy is not None:
-        doc = render.runtime(doc)
+        doc = render.runtime(doc, sidecar_image="sidecar:test")
     return doc
 
 

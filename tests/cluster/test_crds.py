@@ -111,7 +111,7 @@ def test_cluster_training_runtime_from_trainers_manifests_is_accepted(
     [runtime] = harness.trainer_manifest("manifests/base/runtimes/torch_distributed.yaml")
     assert runtime["kind"] == "ClusterTrainingRuntime"
     if rendered:
-        runtime = render.runtime(runtime)
+        runtime = render.runtime(runtime, sidecar_image="sidecar:test")
     # Cluster-scoped: a unique name keeps this test independent of the others and of order.
     runtime["metadata"]["name"] = f"torch-distributed-{uuid.uuid4().hex[:8]}"
     custom = kubernetes.client.CustomObjectsApi(api_client)

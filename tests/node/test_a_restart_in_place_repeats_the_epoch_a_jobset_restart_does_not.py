@@ -28,7 +28,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from devcluster import stack as stack_mod
+from devcluster import local, stack as stack_mod
 from tests.node import kit
 from toolkit import adapter, kube, names, render
 from toolkit import request as request_mod
@@ -147,7 +147,7 @@ def test_the_checked_runtime_restarts_through_jobset_with_a_new_epoch(api: kuber
     client = kube.from_api_client(api)
     namespace = kit.new_namespace(api)
     kit.sidecar_rbac(api, namespace)  # render.runtime runs the pods as the sidecar's ServiceAccount
-    create_runtime(api, namespace, render.runtime(runtime_doc("checked", tmp_path)))
+    create_runtime(api, namespace, render.runtime(runtime_doc("checked", tmp_path), sidecar_image=local.SIDECAR_IMAGE))
     job = trainjob(namespace, "checked")
     name = job["metadata"]["name"]
     assert adapter.start(client, trainjob=job).created

@@ -26,7 +26,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from devcluster import stack as stack_mod
+from devcluster import local, stack as stack_mod
 from dispatcher import backend, jobspec, settings
 from tests.node import kit
 from toolkit import names, render
@@ -79,7 +79,7 @@ def test_the_rendered_sidecar_runs_non_root_under_the_default_seccomp_profile(
         "spec": {"template": {"spec": {"replicatedJobs": [{"name": names.TRAINER_REPLICATED_JOB, "template": {
             "spec": {"template": {"spec": {"containers": [
                 {"name": "node", "image": kit.BUSYBOX, "command": ["sleep", "600"]}]}}}}}]}}},
-    })
+    }, sidecar_image=local.SIDECAR_IMAGE)
     pod_spec = shipped["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     core.create_namespaced_pod(namespace, {"metadata": {"name": "sidecar"}, "spec": pod_spec})
 

@@ -32,7 +32,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from devcluster import harness, stack as stack_mod
+from devcluster import harness, local, stack as stack_mod
 from tests.node import kit
 from toolkit import names, render
 from toolkit import request as request_mod
@@ -98,7 +98,7 @@ def test_after_the_kubelet_rewrites_the_token_the_next_check_uses_the_new_one(
         "namespace": namespace, "runtimeRef": {"kind": "TrainingRuntime", "name": "stored-only"}}))
     kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
         names.TRAINER_GROUP, names.TRAINER_VERSION, namespace, "trainjobs", trainjob)
-    sidecar = render.sidecar_container(env=[
+    sidecar = render.sidecar_container(image=local.SIDECAR_IMAGE, env=[
         {"name": "DISPATCH_SIDECAR_API_SERVER", "value": f"https://{harness.SERVICE_IP}:443"},
         {"name": "DISPATCH_SIDECAR_TOKEN_FILE", "value": f"{API_DIR}/token"},
         {"name": "DISPATCH_SIDECAR_CA_FILE", "value": f"{API_DIR}/ca.crt"},

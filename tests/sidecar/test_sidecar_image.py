@@ -145,7 +145,7 @@ def test_runs_read_only_against_the_apiserver_and_stops_on_sigterm(
         verdicts = lines.wait_for("verdict", count=2, timeout=60)
         # The startupProbe's own command, as the kubelet execs it (render.sidecar_container): the first
         # check has run, so it answers 0.
-        probe = render.sidecar_container()["startupProbe"]["exec"]["command"]
+        probe = render.sidecar_container(image="sidecar:test")["startupProbe"]["exec"]["command"]
         assert container.exec_run(probe, user="65532:65532").exit_code == 0
         assert [v["verdict"] for v in verdicts] == ["violation", "violation"]
         assert [v["rules"] for v in verdicts] == [["below-floor"], ["below-floor"]]

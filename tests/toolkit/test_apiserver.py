@@ -32,7 +32,7 @@ def test_rendered_runtimes_and_trainjob_are_accepted(api_client: kubernetes.clie
     try:
         for path in _trainer_runtimes():
             (doc,) = yamlio.load_documents(str(path))
-            body = render.runtime(doc)
+            body = render.runtime(doc, sidecar_image="sidecar:test")
             body["metadata"]["name"] = f"{doc['metadata']['name']}-{suffix}"
             got = custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", body)
             created.append(got["metadata"]["name"])

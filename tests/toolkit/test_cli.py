@@ -12,7 +12,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from toolkit import cli, identity, wrap, yamlio
+from toolkit import cli, identity, releaseinfo, wrap, yamlio
 
 REPO = pathlib.Path(__file__).parents[2]
 EXAMPLE = str(REPO / "examples" / "start-request.yaml")
@@ -134,8 +134,17 @@ def test_render_runtime_then_check_runtime(tmp_path: pathlib.Path, monkeypatch: 
     assert r.exit_code == 1 and r.stdout == "out.yaml: ClusterTrainingRuntime/r: ok\n"
     r = runner.invoke(cli.root, ["check-runtime", "out.yaml"])
     assert r.exit_code == 0 and r.stderr == ""
+    # The default sidecar is the recorded release's (toolkit/data/release.json, written by `make release`).
+    pinned = "registry.test/dispatch/sidecar:0.1.0@sha256:" + "a" * 64
+    pathlib.Path("release.json").write_text(json.dumps({"version": "0.1.0", "images": {"sidecar": pinned}}))
+    monkeypatch.setattr(releaseinfo, "FILE", tmp_path / "release.json")
     r = runner.invoke(cli.root, ["render", "runtime", "out.yaml"])
-    assert "image: s:1" not in r.stdout and "localhost/dispatch/sidecar:dev" in r.stdout
+    assert r.exit_code == 0 and "image: s:1" not in r.stdout and f"image: {pinned}" in r.stdout
+    # With no release recorded there is no default: one line, exit 2, naming the option.
+    monkeypatch.setattr(releaseinfo, "FILE", tmp_path / "absent.json")
+    r = runner.invoke(cli.root, ["render", "runtime", "rt.yaml"])
+    assert r.exit_code == 2 and r.stdout == "" and "pass --sidecar-image" in r.stderr
+    one_line(r.stderr)
 
 
 @pytest.mark.parametrize("command", [[], *([name] for name in cli.COMMANDS), ["render", "trainjob"], ["render", "runtime"]])

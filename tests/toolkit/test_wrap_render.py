@@ -110,10 +110,10 @@ def test_shipped_runtimes_are_refused_then_accepted_after_render(trainer_runtime
             "spec.template.spec.replicatedJobs[node].template.spec.backoffLimit: must be 0, found absent",
         ], path
         before = copy.deepcopy(doc)
-        rendered = render.runtime(doc)
+        rendered = render.runtime(doc, sidecar_image="sidecar:test")
         assert doc == before, "render must not modify its input"
         assert runtime_check.check(rendered) == [], path
-        assert render.runtime(rendered) == rendered, "render runtime must be idempotent"
+        assert render.runtime(rendered, sidecar_image="sidecar:test") == rendered, "render runtime must be idempotent"
         pod = rendered["spec"]["template"]["spec"]["replicatedJobs"]
         node = next(r for r in pod if r["name"] == "node")["template"]["spec"]["template"]["spec"]
         sidecars = [c for c in node["initContainers"] if c["name"] == names.SIDECAR_CONTAINER]
@@ -142,7 +142,7 @@ def _runtime(**node_job: object) -> dict[str, object]:
         "spec": {"template": {"spec": {"replicatedJobs": [
             {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "image": "i"}]}}}}},
         ]}}},
-    })
+    }, sidecar_image="sidecar:test")
     return base
 
 
@@ -195,4 +195,4 @@ def test_not_a_runtime() -> None:
     with pytest.raises(render.RenderError, match="serviceAccountName"):
         doc = _runtime()
         doc["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["serviceAccountName"] = "other"  # type: ignore[index]
-        render.runtime(doc)
+        render.runtime(doc, sidecar_image="sidecar:test")

@@ -1,0 +1,49 @@
+"""`python -m release --registry R [--version V] [--out DIR]` (what `make release` runs): build the
+images, push them to R with podman (as logged in: `podman login R`, or --authfile), and write the
+bundle into DIR (release.bundle). It also records the release's image references in
+toolkit/data/release.json (not committed), so that this checkout's toolkit, and a wheel built from
+it, default to the release's sidecar. Exit 2 on bad input, one line."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shutil
+import sys
+
+from release import bundle, images, version
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make release", description=__doc__)
+    parser.add_argument("--registry", required=True, help="host[:port][/path] the images are pushed to and named by")
+    parser.add_argument("--version", default=None, help="the release's version (default: derived, release.version)")
+    parser.add_argument("--out", default="dist/release", type=pathlib.Path, help="output directory")
+    parser.add_argument("--authfile", default=None, help="podman's auth file for the registry")
+    args = parser.parse_args(argv)
+    try:
+        bundle.check_registry(args.registry)
+        if args.version is not None:
+            version.oci_tag(args.version)
+    except (bundle.ReleaseError, version.VersionError) as exc:
+        print(f"release: {exc}", file=sys.stderr)
+        return 2
+    push = images.podman_push(f"docker://{args.registry}/{{name}}:{{tag}}", authfile=args.authfile)
+    try:
+        made = bundle.build_release(registry=args.registry, version=args.version, out_dir=args.out, push=push)
+    except (bundle.ReleaseError, version.VersionError) as exc:
+        print(f"release: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        print(f"release: {exc}", file=sys.stderr)
+        return 1
+    shutil.copy(made.files["release.json"], bundle.REPO / "toolkit" / "data" / "release.json")
+    for path in made.files.values():
+        print(path)
+    for name, ref in made.references.items():
+        print(f"{name}: {ref}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

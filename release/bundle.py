@@ -1,0 +1,176 @@
+"""The release bundle: one install manifest per part, every image pinned by digest.
+
+    build_release(registry=R, version=V, out_dir=D, push=P)
+
+builds the images (release.images), hands each to PUSH, which pushes it wherever it must go and
+answers the manifest digest it was pushed under, and writes into OUT_DIR:
+
+    controller.yaml    the controller: its Namespace, RBAC, Deployment, PDB, PriorityClass,
+                       the AdmissionCheck, the metrics Service
+    dispatcher.yaml    the dispatcher (optional), in its own Namespace
+    sidecar-rbac.yaml  the sidecar's ServiceAccount, Role and RoleBinding, namespace-less:
+                       `kubectl apply --server-side -n NS -f sidecar-rbac.yaml` per training namespace
+    release.json       version, tag, revision, created, registry, and each image's reference
+    SHA256SUMS         the sha256 of each file above (`sha256sum -c` in OUT_DIR)
+
+Each manifest is `kubectl kustomize` of its part under deployments/k8s/base, with every string that
+is exactly a source reference (`dispatch/NAME:unreleased`, in an image field or an env value alike)
+replaced by REGISTRY/dispatch/NAME:TAG@sha256:DIGEST, and `app.kubernetes.io/version: TAG` on every
+object. The references are always written with REGISTRY, whatever PUSH pushed to (a local cluster
+pushes to its own endpoint for the name its nodes resolve to REGISTRY). A source reference left
+over, or a reference to an image the release does not build, fails the release.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import pathlib
+import re
+import subprocess
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import yaml
+
+from release import images
+from release import version as versioning
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+BASE = REPO / "deployments" / "k8s" / "base"
+# Output file -> the kustomize part it renders.
+PARTS = {"controller.yaml": "controller", "dispatcher.yaml": "dispatcher", "sidecar-rbac.yaml": "sidecar"}
+SOURCE_TAG = "unreleased"
+# REGISTRY: a host[:port] with an optional path, lower case as OCI repository names are.
+REGISTRY = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+VERSION_LABEL = "app.kubernetes.io/version"
+
+# push(local_image, name, tag) -> "sha256:<hex>": push LOCAL_IMAGE as the repository NAME
+# (dispatch/controller ...) at TAG, wherever the caller's registry is; answer the manifest digest.
+Push = Callable[[str, str, str], str]
+
+
+class ReleaseError(RuntimeError):
+    """A release that cannot be made as asked; the message says which input and why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    build: versioning.Build
+    registry: str
+    references: dict[str, str]   # image name (controller ...) -> REGISTRY/dispatch/NAME:TAG@sha256:...
+    files: dict[str, pathlib.Path]  # output file name -> its path
+
+
+def source_reference(name: str) -> str:
+    """How the kustomize sources name image NAME (dispatch/NAME:unreleased)."""
+    return f"{images.repository(name)}:{SOURCE_TAG}"
+
+
+def pinned(registry: str, name: str, tag: str, digest: str) -> str:
+    if not DIGEST.fullmatch(digest):
+        raise ReleaseError(f"push of {name}: answered {digest!r}, not a digest sha256:<64 hex>")
+    return f"{registry}/{images.repository(name)}:{tag}@{digest}"
+
+
+def check_registry(registry: str) -> str:
+    if not REGISTRY.fullmatch(registry):
+        raise ReleaseError(f"registry {registry!r}: must be a host[:port][/path] in lower case ({REGISTRY.pattern})")
+    return registry
+
+
+def kustomize(part: str, *, kubectl: pathlib.Path) -> list[dict[str, Any]]:
+    """The objects `kubectl kustomize` renders from deployments/k8s/base/PART."""
+    done = subprocess.run([str(kubectl), "kustomize", str(BASE / part)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    if done.returncode != 0:
+        raise ReleaseError(f"kubectl kustomize {part}: {done.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def _substitute(node: Any, references: Mapping[str, str]) -> Any:
+    """NODE with every string equal to a source reference replaced by its pinned reference."""
+    if isinstance(node, dict):
+        return {k: _substitute(v, references) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_substitute(v, references) for v in node]
+    if isinstance(node, str):
+        return references.get(node, node)
+    return node
+
+
+def _images_named(node: Any) -> list[str]:
+    """Every container image field and every *_IMAGE env value in NODE."""
+    found = []
+    if isinstance(node, dict):
+        if isinstance(node.get("image"), str):
+            found.append(node["image"])
+        if isinstance(node.get("name"), str) and node["name"].endswith("_IMAGE") and isinstance(node.get("value"), str):
+            found.append(node["value"])
+        for v in node.values():
+            found += _images_named(v)
+    elif isinstance(node, list):
+        for v in node:
+            found += _images_named(v)
+    return found
+
+
+def render(part: str, *, build: versioning.Build, references: Mapping[str, str], kubectl: pathlib.Path) -> str:
+    """PART's install manifest: kustomized, pinned, labelled with the version, as YAML documents."""
+    sources = {source_reference(name): ref for name, ref in references.items()}
+    docs = [_substitute(d, sources) for d in kustomize(part, kubectl=kubectl)]
+    for doc in docs:
+        doc.setdefault("metadata", {}).setdefault("labels", {})[VERSION_LABEL] = build.tag
+        for image in _images_named(doc):
+            if image not in references.values():
+                raise ReleaseError(f"{part}: {doc['kind']} {doc['metadata'].get('name')} names image {image!r}, "
+                                   "which the release does not build (the sources name dispatch/NAME:unreleased)")
+    head = (f"# dispatch-k8s {build.version} ({build.revision}): {part}.\n"
+            f"# kubectl apply --server-side -f <this file>" + (" -n NAMESPACE (each training namespace)\n"
+                                                              if part == "sidecar" else "\n"))
+    return head + yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
+
+
+def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, version: str | None = None,
+                  kubectl: pathlib.Path | None = None, local_images: Mapping[str, str] | None = None,
+                  workdir: pathlib.Path | None = None) -> Release:
+    """Build, push and render the release of this checkout's HEAD into OUT_DIR (see the module docstring).
+
+    VERSION names it instead of the derived version. LOCAL_IMAGES (name -> a local image) skips
+    the builds with images already built for this release; KUBECTL defaults to the one built with
+    the control plane (devcluster/build-controlplane.sh)."""
+    check_registry(registry)
+    build = versioning.describe(REPO, version=version)
+    if not LABEL_VALUE.fullmatch(build.tag) or len(build.tag) > 63:
+        raise ReleaseError(f"tag {build.tag!r}: a release's tag is also a label value, at most 63 characters")
+    kubectl = kubectl or default_kubectl()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if local_images is None:
+        local_images = images.build_all(build, workdir=workdir or out_dir / ".build")
+    missing = set(images.NAMES) - set(local_images)
+    if missing:
+        raise ReleaseError(f"local_images: no image for {', '.join(sorted(missing))}")
+    references = {name: pinned(registry, name, build.tag, push(local_images[name], images.repository(name), build.tag))
+                  for name in images.NAMES}
+    files: dict[str, pathlib.Path] = {}
+    for filename, part in PARTS.items():
+        files[filename] = out_dir / filename
+        files[filename].write_text(render(part, build=build, references=references, kubectl=kubectl))
+    meta = {"version": build.version, "tag": build.tag, "revision": build.revision, "created": build.created,
+            "registry": registry, "images": references}
+    files["release.json"] = out_dir / "release.json"
+    files["release.json"].write_text(json.dumps(meta, indent=2) + "\n")
+    sums = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {n}\n" for n, p in sorted(files.items()))
+    files["SHA256SUMS"] = out_dir / "SHA256SUMS"
+    files["SHA256SUMS"].write_text(sums)
+    return Release(build=build, registry=registry, references=references, files=files)
+
+
+def default_kubectl() -> pathlib.Path:
+    """The kubectl built beside the control plane (its `kustomize` is built in)."""
+    from devcluster import harness, local
+
+    return harness.binary(local.KUBECTL, harness.build_binaries())
