@@ -1,24 +1,25 @@
 """Build contexts of our own images, and building them with podman, for what
-builds them outside scripts/build-images.sh: bench/sidecar (the size of each
-image beside the sample trainer's) and the image tests.
+builds them outside scripts/build-images.sh: the release (release/images.py),
+bench/sidecar (the size of each image beside the sample trainer's) and the image tests.
 
 A context holds only what its Containerfile copies:
-  sidecar     sidecar/, toolkit/ and images/sidecar/mkroot.py (the build stage
-              keeps only what the sidecar imports)
-  dispatcher  dispatcher/, the toolkit modules the Containerfile names, and
-              wheels/ of the client it uses (`pip wheel`, on the host)
-  controller  wheels/ of the project and its dependencies (`pip wheel .`)
+  sidecar     src/sidecar/, src/toolkit/ and images/mkroot.py
+  controller  src/controller/, src/toolkit/, src/wheels/ of its third-party
+              dependencies (`pip wheel` on the host, at constraints.txt's versions)
+              and images/mkroot.py
+  dispatcher  src/dispatcher/, src/toolkit/, src/wheels/ of the client it uses
+              and images/mkroot.py
   test-driver images/test-driver/driver (the reference driver the dispatcher's Jobs run)
-Every Containerfile takes its base as the build argument BASE; here the local
-Python base that scripts/build-images.sh makes (no registry is reachable), and
-its busybox base for the test driver.
+The three Python images are minimal roots: their build stage runs images/mkroot.py,
+which keeps only what the entry point imports. Every Containerfile takes its base
+as the build argument BASE; here the local Python base that scripts/build-images.sh
+makes (no registry is reachable), and its busybox base for the test driver.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
@@ -27,8 +28,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 IMAGES = REPO / "images"
 PYTHON_BASE = "localhost/dispatch-base/python:3.11-bookworm"
 BUSYBOX_BASE = "localhost/dispatch-base/busybox:1.35-static"
-# The build stage of images/sidecar.Containerfile carries this label, so that its image can be removed.
-SIDECAR_BUILD_STAGE_LABEL = "dispatch.stage=sidecar-build"
+# The build stage of the Python images carries this label, so that its image can be removed.
+BUILD_STAGE_LABEL = "dispatch.stage=python-build"
 _NO_CACHE = shutil.ignore_patterns("__pycache__")
 
 
@@ -43,26 +44,34 @@ def _pip_wheel(dest: pathlib.Path, *requirements: str) -> None:
                    check=True, capture_output=True, timeout=600)
 
 
+# The third-party distributions each image's package imports (their own dependencies come along).
+DEPENDENCIES = {
+    "controller": ("kubernetes", "urllib3", "click", "PyYAML", "prometheus-client"),
+    "dispatcher": ("kubernetes", "urllib3"),
+}
+
+
+def _python_context(dest: pathlib.Path, package: str) -> pathlib.Path:
+    for name in (package, "toolkit"):
+        shutil.copytree(REPO / name, dest / "src" / name, ignore=_NO_CACHE)
+    release_data = dest / "src" / "toolkit" / "data" / "release.json"
+    release_data.unlink(missing_ok=True)  # a checkout's recorded release is not part of any image
+    shutil.copy(IMAGES / "mkroot.py", dest / "mkroot.py")
+    if package in DEPENDENCIES:
+        _pip_wheel(dest / "src" / "wheels", "-c", str(REPO / "constraints.txt"), *DEPENDENCIES[package])
+    return IMAGES / f"{package}.Containerfile"
+
+
 def sidecar_context(dest: pathlib.Path) -> pathlib.Path:
-    for package in ("sidecar", "toolkit"):
-        shutil.copytree(REPO / package, dest / package, ignore=_NO_CACHE)
-    shutil.copy(IMAGES / "sidecar" / "mkroot.py", dest / "mkroot.py")
-    return IMAGES / "sidecar.Containerfile"
+    return _python_context(dest, "sidecar")
 
 
 def dispatcher_context(dest: pathlib.Path) -> pathlib.Path:
-    containerfile = IMAGES / "dispatcher.Containerfile"
-    shutil.copytree(REPO / "dispatcher", dest / "dispatcher", ignore=_NO_CACHE)
-    (dest / "toolkit").mkdir()
-    for path in re.findall(r"toolkit/\w+\.py", containerfile.read_text()):  # the modules it copies, read from it
-        shutil.copy(REPO / path, dest / path)
-    _pip_wheel(dest / "wheels", "kubernetes==37.0.2", "urllib3==2.8.0")
-    return containerfile
+    return _python_context(dest, "dispatcher")
 
 
 def controller_context(dest: pathlib.Path) -> pathlib.Path:
-    _pip_wheel(dest / "wheels", str(REPO))
-    return IMAGES / "controller.Containerfile"
+    return _python_context(dest, "controller")
 
 
 def test_driver_context(dest: pathlib.Path) -> pathlib.Path:
@@ -86,14 +95,14 @@ def build(component: str, *, tag: str, workdir: pathlib.Path, labels: dict[str, 
                   "-f", str(containerfile), "-t", tag, str(context), timeout=900)
     if done.returncode != 0:
         raise RuntimeError(f"podman build of {component} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    if component == "sidecar":
-        remove_sidecar_build_stage()
+    if component in ("sidecar", "controller", "dispatcher"):
+        remove_build_stage()
     return tag
 
 
-def remove_sidecar_build_stage() -> None:
-    """Remove the sidecar build stage's images (podman keeps them; ~180 MB each)."""
-    ids = podman("images", "-q", "--filter", f"label={SIDECAR_BUILD_STAGE_LABEL}").stdout.split()
+def remove_build_stage() -> None:
+    """Remove the Python images' build stage images (podman keeps them; ~180 MB or more each)."""
+    ids = podman("images", "-q", "--filter", f"label={BUILD_STAGE_LABEL}").stdout.split()
     if ids:
         podman("rmi", *ids)
 

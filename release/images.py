@@ -64,12 +64,15 @@ def podman_push(destination: str, *, authfile: str | None = None,
     """A release.bundle.Push that pushes to DESTINATION.format(name=..., tag=...) with podman."""
 
     def push(image: str, name: str, tag: str) -> str:
+        target = destination.format(name=name, tag=tag)
+        if target.startswith("dir:"):  # a directory per image: its parent must exist
+            pathlib.Path(target.removeprefix("dir:")).parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             digestfile = pathlib.Path(tmp) / "digest"
             args = ["push", "-q", "--digestfile", str(digestfile),
                     *(["--authfile", authfile] if authfile else []),
                     *([] if tls_verify else ["--tls-verify=false"]),
-                    image, destination.format(name=name, tag=tag)]
+                    image, target]
             done = contexts.podman(*args, timeout=900)
             if done.returncode != 0:
                 raise RuntimeError(f"podman push {image}: exit {done.returncode}: {done.stderr.strip()[-2000:]}")

@@ -224,24 +224,26 @@ for base in busybox:1.35-static alpine:busybox-1.35-ash-musl-static debian:bookw
     <(podman image inspect --format '{{.Id}}' "localhost/dispatch-base/$base")
 done
 
-# --- the sidecar verifier, as the rendered runtime names it (names.SIDECAR_IMAGE)
+# --- the sidecar verifier, as the local cluster's runtimes name it (devcluster/local.py SIDECAR_IMAGE)
 # build_sidecar NAME HASH: images/sidecar.Containerfile, whose build stage runs
-# on the Python base and makes a minimal root (images/sidecar/mkroot.py), in a
+# on the Python base and makes a minimal root (images/mkroot.py), in a
 # context holding only what it copies. `make demo` runs it beside the trainer.
 build_sidecar() {
   local ctx
   ctx=$(mktemp -d)
-  cp -r sidecar toolkit "$ctx/"
-  cp images/sidecar/mkroot.py "$ctx/"
+  mkdir "$ctx/src"
+  cp -r sidecar toolkit "$ctx/src/"
+  rm -f "$ctx/src/toolkit/data/release.json"
+  cp images/mkroot.py "$ctx/"
   find "$ctx" -name __pycache__ -prune -exec rm -rf {} +
   podman build -q --isolation chroot --build-arg BASE=localhost/dispatch-base/python:3.11-bookworm \
     --label "dispatch.inputs=$2" -f images/sidecar.Containerfile -t "$1" "$ctx" >/dev/null
   rm -rf "$ctx"
   # The build stage's images (the Python base plus the root, ~180 MB each), labelled in the Containerfile.
   # shellcheck disable=SC2046 # one image ID per line
-  podman rmi $(podman images -q --filter label=dispatch.stage=sidecar-build) >/dev/null 2>&1 || true
+  podman rmi $(podman images -q --filter label=dispatch.stage=python-build) >/dev/null 2>&1 || true
 }
-ensure localhost/dispatch/sidecar:dev build_sidecar images/sidecar.Containerfile images/sidecar/mkroot.py \
+ensure localhost/dispatch/sidecar:dev build_sidecar images/sidecar.Containerfile images/mkroot.py \
   sidecar/*.py toolkit/*.py <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/python:3.11-bookworm)
 
 # --- the test driver: what the dispatcher's driver Jobs run on the local node

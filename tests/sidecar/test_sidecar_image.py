@@ -52,7 +52,7 @@ def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory)
     try:
         return containers.build_on_python_base(client, context=context, tag=IMAGE, containerfile=containerfile)
     finally:  # the build stage's images (labelled in the Containerfile) are not kept
-        for stage in client.images.list(filters={"label": images.SIDECAR_BUILD_STAGE_LABEL}):
+        for stage in client.images.list(filters={"label": images.BUILD_STAGE_LABEL}):
             with contextlib.suppress(docker.errors.APIError):
                 client.images.remove(stage.id)
 
