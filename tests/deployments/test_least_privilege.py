@@ -19,6 +19,11 @@ from tests import podsecurity
 BASE = pathlib.Path(__file__).resolve().parents[2] / "deployments" / "k8s" / "base"
 
 
+def shipped(kind: str) -> list[dict[str, Any]]:
+    return [doc for path in sorted(BASE.rglob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
+            if doc and doc.get("kind") == kind]
+
+
 def deployments() -> list[tuple[str, dict[str, Any]]]:
     found = []
     for path in sorted(BASE.rglob("*.yaml")):
@@ -36,6 +41,13 @@ def test_the_dispatcher_and_the_controller_are_both_shipped() -> None:
 def test_every_deployment_s_pod_is_admitted_under_the_restricted_pod_security_standard(
         api_client: kubernetes.client.ApiClient, namespace: str, where: str, doc: dict[str, Any]) -> None:
     pod = doc["spec"]["template"]["spec"]
+    if "priorityClassName" in pod:  # the shipped PriorityClass, as the part installs it (cluster-scoped)
+        (priority,) = [p for p in shipped("PriorityClass") if p["metadata"]["name"] == pod["priorityClassName"]]
+        try:
+            kubernetes.client.SchedulingV1Api(api_client).create_priority_class(priority)
+        except kubernetes.client.ApiException as e:
+            if e.status != 409:
+                raise
     podsecurity.restricted(api_client, namespace, service_accounts=(pod["serviceAccountName"],))
     assert podsecurity.admit(api_client, namespace, pod) is None, where
     refusal = podsecurity.admit(api_client, namespace, podsecurity.loosened(pod))
