@@ -23,10 +23,11 @@ Source modules become sourceless bytecode in place of the .py (`os.pyc`, not
 third-party bytecode is compiled without docstrings (asserts kept), ours and the standard
 library's as they are. Built-in and frozen modules need no file. Extension modules are copied, and
 every shared library the interpreter and they load (ldd) is copied with the symbolic links on its
-path (/lib64 -> usr/lib64 ...). The data files of every package loaded from SRC come along (not its
-.py files), as do the distributions' *.dist-info. tests/sidecar/test_sidecar_retry.py holds every
-module a sidecar check imports to the sidecar's closure; tests/controller/test_image.py and
-tests/dispatcher/test_image.py import every module of the package inside the image.
+path (/lib64 -> usr/lib64 ...). The data files of every package loaded from SRC come along (not
+its .py files), as does the *.dist-info (its RECORD left out: metadata and licenses) of each
+distribution the image carries a module of. tests/sidecar/test_sidecar_retry.py holds every module
+a sidecar check imports to the sidecar's closure; tests/controller/test_image.py and
+tests/dispatcher/test_image.py import, inside the image, every module it carries.
 
 No shell, no package manager, no /etc: the images run as a numeric user, and read only their
 environment, the Downward API and ServiceAccount files, and the API server.
@@ -227,6 +228,19 @@ def copy_data(src: pathlib.Path, package_dir: pathlib.Path, dest: pathlib.Path) 
         shutil.copy2(item, out)
 
 
+def distribution_tops(info: pathlib.Path) -> set[str]:
+    """The top-level modules and packages the distribution of INFO (a *.dist-info) installs, from its RECORD."""
+    record = info / "RECORD"
+    if not record.exists():
+        return set()
+    tops = set()
+    for line in record.read_text().splitlines():
+        first = line.split(",")[0].split("/")[0]
+        if first and not first.endswith((".dist-info", ".data")):
+            tops.add(first.split(".")[0])
+    return tops
+
+
 def main() -> int:
     image, src, dest = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
     if image not in ROOTS:
@@ -258,8 +272,10 @@ def main() -> int:
             binaries.append(str(path))
     for package_dir in sorted(packages):
         copy_data(src, package_dir, dest)
+    tops = {name.split(".")[0] for name in modules}
     for info in sorted(src.glob("*.dist-info")):
-        shutil.copytree(info, dest / APP.relative_to("/") / info.name)
+        if distribution_tops(info) & tops:  # a distribution the image carries: its metadata and licenses
+            shutil.copytree(info, dest / APP.relative_to("/") / info.name, ignore=shutil.ignore_patterns("RECORD"))
     replicate(binaries[0], dest)
     for binary in binaries:
         for library in libraries(binary):

@@ -41,6 +41,48 @@ def client(*, timeout: int = 600) -> Iterator[docker.DockerClient]:
         c.close()
 
 
+# Run in an image made by images/mkroot.py, with its interpreter as its entry point runs it (-S -E
+# -B): imports every module whose bytecode the image carries under /opt/dispatch (ours and the
+# third-party ones: the whole closure mkroot kept), each in turn, and prints how many and each that
+# failed. A module the image carries whose own imports are missing fails here, not in production.
+EVERY_MODULE = """
+import importlib, pathlib
+root = pathlib.Path("/opt/dispatch")
+names = sorted({".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+                for p in root.rglob("*.pyc")} - {"__init__"})
+failed = {}
+for name in names:
+    if name.rpartition(".")[2] == "__main__":
+        continue
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:
+        failed[name] = repr(exc)
+print(len(names), len(failed))
+for name, why in sorted(failed.items()):
+    print(name, why)
+"""
+
+
+def import_every_module(c: docker.DockerClient, image: str) -> tuple[int, list[str]]:
+    """How many modules IMAGE carries under /opt/dispatch, and a line for each that does not import (EVERY_MODULE)."""
+    ran = run_to_end(c, image, ["-c", EVERY_MODULE], entrypoint=["/usr/bin/python3.11", "-S", "-E", "-B"],
+                     network_mode="none", read_only=True, user="65532:65532")
+    assert ran.exit_code == 0, ran.stderr
+    first, *failures = ran.stdout.decode().splitlines()
+    return int(first.split()[0]), failures
+
+
+def assert_no_shell(c: docker.DockerClient, image: str) -> None:
+    """IMAGE has no /bin/sh: the runtime cannot start one (the container is created, never runs)."""
+    shell = c.containers.create(image, ["-c", "true"], entrypoint=["/bin/sh"], network_mode="none")
+    try:
+        with pytest.raises(docker.errors.APIError, match="/bin/sh"):
+            shell.start()
+    finally:
+        shell.remove(force=True)
+
+
 def build_on_python_base(c: docker.DockerClient, *, context: pathlib.Path, containerfile: pathlib.Path,
                          tag: str) -> str:
     """Build CONTAINERFILE in CONTEXT on the local Python base, without network; returns TAG."""

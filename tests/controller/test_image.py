@@ -1,6 +1,7 @@
 """The controller image (images/controller.Containerfile) builds on the local
-Python base, runs as non-root on a read-only root filesystem, loads its
-whole import graph, and, started the way the shipped Deployment starts it
+Python base into a minimal root (images/mkroot.py: no shell), runs as non-root
+on a read-only root filesystem, imports every module it carries, is at most
+60 MB, and, started the way the shipped Deployment starts it
 (its command, args, env and securityContext, read from deployment.yaml),
 reaches the controller and refuses a missing cluster config in one line.
 Its behaviour against a cluster is proven by the process tests here.
@@ -38,8 +39,11 @@ def client() -> Iterator[docker.DockerClient]:
 @pytest.fixture(scope="module")
 def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
     context = tmp_path_factory.mktemp("controller-context")
-    containerfile = images.controller_context(context)  # as bench/sidecar builds it
-    return containers.build_on_python_base(client, context=context, tag=IMAGE, containerfile=containerfile)
+    containerfile = images.controller_context(context)  # as the release and bench/sidecar build it
+    try:
+        return containers.build_on_python_base(client, context=context, tag=IMAGE, containerfile=containerfile)
+    finally:  # the build stage's images (labelled in the Containerfile) are not kept
+        images.remove_build_stage()
 
 
 def shipped_container() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -90,6 +94,13 @@ def test_the_image_runs_non_root_with_its_whole_import_graph(client: docker.Dock
         entrypoint=["python3"], network_mode="none", read_only=True,
     )
     assert (ran.exit_code, ran.stdout.decode().strip()) == (0, "37.0.2 True"), ran.stderr
+
+
+def test_every_module_the_image_carries_imports_and_it_has_no_shell(client: docker.DockerClient, image: str) -> None:
+    carried, failures = containers.import_every_module(client, image)
+    assert failures == [] and carried > 1000, (carried, failures)
+    containers.assert_no_shell(client, image)
+    assert images.size_bytes(image) <= 60_000_000, images.size_bytes(image)
 
 
 def test_started_as_the_deployment_starts_it_the_controller_refuses_a_missing_config_in_one_line(

@@ -1,7 +1,7 @@
-"""The dispatcher image, built on the local Python base and run as a
-container through the Docker Engine API (tests/containers.py): non-root, a
-read-only root filesystem, the whole import graph loads, and a missing
-setting is one line and exit 2."""
+"""The dispatcher image, built on the local Python base into a minimal root
+(images/mkroot.py: no shell) and run as a container through the Docker Engine
+API (tests/containers.py): non-root, a read-only root filesystem, every module
+it carries imports, at most 60 MB, and a missing setting is one line and exit 2."""
 
 from __future__ import annotations
 
@@ -30,9 +30,11 @@ def client() -> Iterator[docker.DockerClient]:
 @pytest.fixture(scope="module")
 def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
     context = tmp_path_factory.mktemp("dispatcher-context")
-    images.dispatcher_context(context)  # as bench/sidecar builds it
-    return containers.build_on_python_base(client, context=context, tag=IMAGE,
-                                           containerfile=CONTAINERFILE)
+    images.dispatcher_context(context)  # as the release and bench/sidecar build it
+    try:
+        return containers.build_on_python_base(client, context=context, tag=IMAGE, containerfile=CONTAINERFILE)
+    finally:  # the build stage's images (labelled in the Containerfile) are not kept
+        images.remove_build_stage()
 
 
 def test_the_image_runs_non_root_and_refuses_a_missing_variable_in_one_line(
@@ -47,3 +49,10 @@ def test_the_image_runs_non_root_and_refuses_a_missing_variable_in_one_line(
     probe = ["-c", "import dispatcher.app, kubernetes; print(kubernetes.__version__)"]
     ran = containers.run_to_end(client, image, probe, entrypoint=["python3"], network_mode="none", read_only=True)
     assert (ran.exit_code, ran.stdout.decode().strip()) == (0, "37.0.2"), ran.stderr
+
+
+def test_every_module_the_image_carries_imports_and_it_has_no_shell(client: docker.DockerClient, image: str) -> None:
+    carried, failures = containers.import_every_module(client, image)
+    assert failures == [] and carried > 1000, (carried, failures)
+    containers.assert_no_shell(client, image)
+    assert images.size_bytes(image) <= 60_000_000, images.size_bytes(image)
