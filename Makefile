@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv release images controlplane controllers test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
+.PHONY: deps venv release release-registry images controlplane controllers test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
 deps:
 	sh scripts/install-host-packages.sh
@@ -26,9 +26,12 @@ images: venv
 # manifest per part into OUT, every image as REGISTRY/dispatch/NAME:TAG@sha256:DIGEST.
 #   make release REGISTRY=HOST[:PORT][/PATH] [VERSION=0.1.0] [OUT=dist/release]
 OUT ?= dist/release
-release: venv images controlplane
-	@test -n "$(REGISTRY)" || { echo "make release: REGISTRY=host[:port][/path] is required" >&2; exit 2; }
+release: release-registry venv images controlplane
 	$(PY) -m release --registry '$(REGISTRY)' --out '$(OUT)' $(if $(VERSION),--version '$(VERSION)')
+
+# Checked before anything is built.
+release-registry:
+	@test -n "$(REGISTRY)" || { echo "make release: REGISTRY=HOST[:PORT][/PATH] is required" >&2; exit 2; }
 
 controlplane: deps
 	bash devcluster/build-controlplane.sh

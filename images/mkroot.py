@@ -11,7 +11,7 @@ image's working directory, so `python -m IMAGE` finds them with no site and no P
 The modules are found by importing the roots with this interpreter (-S, as the image runs) and
 taking every module loaded, startup's included: an import added to our code is carried without a
 list to edit. For the controller and the dispatcher the roots are every module of the image's own
-package, and the closure is grown to a fixpoint by reading the import statements of every module
+package and what its __main__ imports, and the closure is grown to a fixpoint by reading the import statements of every module
 loaded from SRC, function bodies included (a lazy import, which importing alone does not run): an
 import of our own package that does not resolve fails the build; one of a third-party module that
 does not resolve (an optional dependency tried under `except ImportError`) is reported and left out,
@@ -66,6 +66,12 @@ import importlib.util, sys
 sys.path.insert(0, SRC)
 failed = {}
 for name in REQUIRED:
+    if name.startswith("?"):  # required if it names a module (`from A import B`: B may be an attribute)
+        name = name[1:]
+        parent = sys.modules.get(name.rpartition(".")[0])
+        if (parent is not None and not hasattr(parent, "__path__")) or (
+                "." in name and importlib.util.find_spec(name) is None):
+            continue
     __import__(name)
 for name in OPTIONAL:
     parent = sys.modules.get(name.rpartition(".")[0])
@@ -131,7 +137,11 @@ def _ours(name: str) -> bool:
 
 def closure(src: pathlib.Path, image: str = "sidecar") -> dict[str, str | None]:
     """Every module IMAGE's entry point loads, by origin (see the module docstring)."""
-    required = list(ROOTS[image]) + (package_modules(src, image) if image in SCANNED else [])
+    required = list(ROOTS[image])
+    if image in SCANNED:
+        # Every module of the package, and the modules its __main__ (which importing would run) names.
+        required += package_modules(src, image) + [
+            f"?{n}" for n in sorted(imports_in(src / image / "__main__.py", f"{image}.__main__"))]
     if image not in SCANNED:
         loaded, _ = _load(src, required, [])
         return loaded

@@ -232,7 +232,7 @@ build_sidecar() {
   local ctx
   ctx=$(mktemp -d)
   mkdir "$ctx/src"
-  cp -r sidecar toolkit "$ctx/src/"
+  cp -rL sidecar toolkit "$ctx/src/"
   rm -f "$ctx/src/toolkit/data/release.json"
   cp images/mkroot.py "$ctx/"
   find "$ctx" -name __pycache__ -prune -exec rm -rf {} +
