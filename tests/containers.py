@@ -42,14 +42,18 @@ def client(*, timeout: int = 600) -> Iterator[docker.DockerClient]:
 
 
 # Run in an image made by images/mkroot.py, with its interpreter as its entry point runs it (-S -E
-# -B): imports every module whose bytecode the image carries under /opt/dispatch (ours and the
-# third-party ones: the whole closure mkroot kept), each in turn, and prints how many and each that
-# failed. A module the image carries whose own imports are missing fails here, not in production.
+# -B): imports every module whose bytecode the image carries under /opt/dispatch or in the zip
+# archive on the interpreter's path (ours and the third-party ones: the whole closure mkroot kept),
+# each in turn, and prints how many and each that failed. A module the image carries whose own
+# imports are missing fails here, not in production.
 EVERY_MODULE = """
-import importlib, pathlib
+import importlib, pathlib, sys, zipfile
 root = pathlib.Path("/opt/dispatch")
-names = sorted({".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
-                for p in root.rglob("*.pyc")} - {"__init__"})
+files = [str(p.relative_to(root)) for p in root.rglob("*.pyc")]
+for entry in sys.path:
+    if entry.endswith(".zip") and pathlib.Path(entry).is_file():
+        files += [n for n in zipfile.ZipFile(entry).namelist() if n.endswith(".pyc")]
+names = sorted({n.removesuffix(".pyc").replace("/", ".").removesuffix(".__init__") for n in files} - {"__init__"})
 failed = {}
 for name in names:
     if name.rpartition(".")[2] == "__main__":
@@ -65,7 +69,7 @@ for name, why in sorted(failed.items()):
 
 
 def import_every_module(c: docker.DockerClient, image: str) -> tuple[int, list[str]]:
-    """How many modules IMAGE carries under /opt/dispatch, and a line for each that does not import (EVERY_MODULE)."""
+    """How many modules IMAGE carries (EVERY_MODULE), and a line for each that does not import."""
     ran = run_to_end(c, image, ["-c", EVERY_MODULE], entrypoint=["/usr/bin/python3.11", "-S", "-E", "-B"],
                      network_mode="none", read_only=True, user="65532:65532")
     assert ran.exit_code == 0, ran.stderr
