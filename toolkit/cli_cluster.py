@@ -211,7 +211,7 @@ def list_table(rows: list[listing.Row], *, every: bool, now: datetime.datetime |
 
 
 def _age(created: str, *, now: datetime.datetime | None = None) -> str:
-    """kubectl's short age (45s, 12m, 5h, 3d) of an apiserver timestamp."""
+    """A short age (45s, 12m, 5h, 3d) of an apiserver timestamp, as kubectl prints one."""
     try:
         then = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
     except ValueError:
