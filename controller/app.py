@@ -18,7 +18,10 @@
 
 Only the leader runs informers and workers (leader election on a Lease,
 `kube.run_leader_election`); a standby is live (/healthz) but not ready
-(/readyz). Losing the lease ends the process (exit 1) so it restarts as a
+(/readyz). The probes are plain HTTP on the health port; /metrics is HTTPS on
+a port of its own, for callers the apiserver authenticates and authorizes
+(`metrics_server`); the leader alone also watches the flagged TrainJobs, for
+the flagged gauge (`metrics`). Losing the lease ends the process (exit 1) so it restarts as a
 standby rather than keep acting on stale leadership. SIGTERM finishes the
 current step and exits 0.
 
@@ -35,9 +38,12 @@ import threading
 import time
 from typing import Any
 
+import prometheus_client
+
 from toolkit import flagmark, informer, jsonlog, kube, marks, names, paths
-from controller import admission, detector, health, queue
+from controller import admission, certs, detector, health, queue
 from controller import metrics as metrics_mod
+from controller import metrics_server as metrics_server_mod
 from controller import settings as settings_mod
 
 log = logging.getLogger("controller")
@@ -276,8 +282,13 @@ def run(settings: Settings) -> int:
     client = kube.load(kubeconfig=settings.kubeconfig, context=settings.context)
     metrics = metrics_mod.Metrics(lease=settings.lease_name)
     metrics.api_requests_source = lambda: client.requests
-    server = health.HealthServer(host=settings.health_host, port=settings.health_port, metrics=metrics)
+    server = health.HealthServer(host=settings.health_host, port=settings.health_port)
+    metrics_server = metrics_server_mod.MetricsServer(
+        host=settings.metrics_host, port=settings.metrics_port, context=certs.server_context(settings.metrics_cert_dir),
+        reviewer=metrics_server_mod.Reviewer(client), scrape=metrics.scrape,
+        content_type=prometheus_client.CONTENT_TYPE_LATEST)
     server.start()
+    metrics_server.start()
     server.live.set()
     done = threading.Event()
     status = {"code": 0}
@@ -303,6 +314,7 @@ def run(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     log.info("starting", extra={"health_host": settings.health_host, "health_port": server.port,
+                                "metrics_host": settings.metrics_host, "metrics_port": metrics_server.port,
                                 "leader_elect": settings.leader_elect})
     if settings.leader_elect:
         elector = threading.Thread(
@@ -327,5 +339,6 @@ def run(settings: Settings) -> int:
     log.info("stopping")
     server.ready.clear()
     controller.shutdown()
+    metrics_server.stop()
     server.stop()
     return status["code"]

@@ -1,9 +1,10 @@
-"""/healthz, /readyz and /metrics on one small HTTP server.
+"""The probes, /healthz and /readyz, on one small plain-HTTP server of their
+own: the kubelet sends no token, so they cannot share the authenticated
+metrics port (`controller.metrics_server`).
 
 /healthz is 200 while the process's loops are alive (the wiring sets it);
 /readyz is 200 once this replica leads and its informers have listed, so a
-standby replica is live but not ready. /metrics is Prometheus text from the
-process's own registry (`controller.metrics`).
+standby replica is live but not ready.
 """
 
 from __future__ import annotations
@@ -12,18 +13,13 @@ import http.server
 import threading
 from typing import Any
 
-import prometheus_client
-
-from controller import metrics as metrics_mod
-
 
 class HealthServer:
-    def __init__(self, *, host: str, port: int, metrics: metrics_mod.Metrics) -> None:
+    def __init__(self, *, host: str, port: int) -> None:
         """Bind `host`:`port` (0 picks a port); the default address is the
         settings' (`Settings.health_host`), not this class's."""
         self.live = threading.Event()
         self.ready = threading.Event()
-        self.metrics = metrics
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -33,9 +29,6 @@ class HealthServer:
                 elif self.path == "/readyz":
                     ok = outer.ready.is_set()
                     self._reply(200 if ok else 503, b"ok\n" if ok else b"not leading\n")
-                elif self.path == "/metrics":
-                    self._reply(200, outer.metrics.scrape(),
-                                prometheus_client.CONTENT_TYPE_LATEST)
                 else:
                     self._reply(404, b"not found\n")
 
