@@ -2,10 +2,11 @@
 the controller as a real process under its shipped RBAC: the controller
 flags a TrainJob (its JobSet replaced by hand), and the flag is found with
 the kubectl built beside the control plane (`kubectl get trainjobs -A -l
-dispatch.phpboyscout.uk/foreign=true`) and with `toolkit list -A --foreign`
-(the installed console script); an unflagged TrainJob beside it is found by
-neither. `toolkit adopt` clears the annotation and the label in one update,
-and both lists lose it."""
+dispatch.phpboyscout.uk/foreign=true`), with `toolkit list -A --foreign`
+(the installed console script) and on the leader's gauge
+`dispatch_flagged_trainjobs{namespace}` (scraped as Prometheus scrapes it);
+an unflagged TrainJob beside it is counted by none. `toolkit adopt` clears
+the annotation and the label in one update, and all three lose it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import subprocess
 
 import pytest
 
-from devcluster import harness, local
+from devcluster import harness, local, metrics
 from tests.adapter import kit
 from tests.controller.conftest import wait_until
 from toolkit import adapter, detect, flagmark, names, paths
@@ -54,8 +55,10 @@ def test_a_flagged_trainjob_is_found_by_its_label_and_adopt_clears_both(control_
     quiet = kit.create_trainjob(admin, namespace)["metadata"]["name"]  # never flagged
     kit.create_jobset(admin, tj)
     adapter.open_(admin, namespace=namespace, name=name)  # records the JobSet's UID
-    start_controller()
+    ctl = start_controller()
     assert f"{namespace}/{name}" not in _kubectl_flagged(control_plane)
+    gauge = f'dispatch_flagged_trainjobs{{namespace="{namespace}"}}'
+    assert metrics.sample(ctl.get("/metrics")[1], gauge) is None
 
     # the JobSet is deleted by hand and Trainer builds a new one: the controller flags the TrainJob
     admin.delete(paths.JOBSET, name=name, namespace=namespace)
@@ -70,6 +73,7 @@ def test_a_flagged_trainjob_is_found_by_its_label_and_adopt_clears_both(control_
     assert table.returncode == 0, table.stderr
     rows = {line.split()[0]: line.split() for line in table.stdout.splitlines()[1:]}
     assert rows[name][1:3] == ["running", "plain"] and "yes" in rows[name] and "no" in rows[quiet]
+    wait_until(lambda: metrics.sample(ctl.get("/metrics")[1], gauge) == 1, what="the flagged gauge at 1")
 
     adopted = _run([TOOLKIT, "adopt", name, "-n", namespace, "--reason", "JobSet deleted by hand; checked"],
                    control_plane.kubeconfig)
@@ -78,6 +82,7 @@ def test_a_flagged_trainjob_is_found_by_its_label_and_adopt_clears_both(control_
     assert not flagmark.is_flagged(after) and names.FOREIGN_LABEL not in (after["metadata"].get("labels") or {})
     assert not [x for x in _kubectl_flagged(control_plane) if x.startswith(f"{namespace}/")]
     assert not [x for x in _toolkit_flagged(control_plane) if x.startswith(f"{namespace}/")]
+    wait_until(lambda: metrics.sample(ctl.get("/metrics")[1], gauge) is None, what="the gauge's series gone")
     empty = _run([TOOLKIT, "list", "-n", namespace, "--foreign"], control_plane.kubeconfig)
     assert (empty.returncode, empty.stdout) == (0, "")
     assert empty.stderr == f"no flagged dispatch TrainJobs found in namespace {namespace}\n"
