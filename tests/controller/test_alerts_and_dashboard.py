@@ -58,9 +58,12 @@ def dashboard_exprs() -> Iterator[tuple[str, str]]:
 def load_block(exposition: str) -> tuple[str, set[str]]:
     """The scraped samples as a promqltest load block (each series twice, a minute
     apart, so range functions have two points), with the job label a scrape adds;
-    and every sample name exported."""
+    and every series name the exposition declares (a labelled family with no
+    child yet has no sample, but its TYPE names the series it will have)."""
     lines, names = ["load 1m"], set()
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
     for family in prometheus_client.parser.text_string_to_metric_families(exposition):
+        names.update(family.name + suffix for suffix in suffixes.get(family.type, ("",)))
         for s in family.samples:
             names.add(s.name)
             labels = {**s.labels, "job": JOB}

@@ -67,7 +67,7 @@ func TestEvaluate(t *testing.T) {
 	outs := make([]output, 0, len(in.Exprs))
 	for _, text := range in.Exprs {
 		out := output{Expr: text, Metrics: []string{}, Result: []sample{}}
-		expr, err := parser.ParseExpr(text)
+		expr, err := parser.NewParser(parser.Options{}).ParseExpr(text)
 		if err != nil {
 			out.Error = "parse: " + err.Error()
 			outs = append(outs, out)
