@@ -27,7 +27,8 @@ namespace, `-A` every namespace, `-l` a label selector, `-h` help. A
 spelling that is gone (`-o FILE`, `identity -n`, `wrap --format`) is refused
 in one line that names the new one (`renamed`), exit 2. Completion:
 `toolkit completion bash|zsh|fish` (`toolkit.cli_completion`). The same
-commands are the kubectl plugin `kubectl-dispatch` (`kubectl_plugin`).
+commands are the kubectl plugin `kubectl-dispatch` (`kubectl_plugin`), and
+kubectl completes them through `kubectl_complete-dispatch`.
 """
 
 from __future__ import annotations

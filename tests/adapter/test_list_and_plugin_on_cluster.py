@@ -98,3 +98,17 @@ def test_trainjob_names_complete_from_the_cluster(setup, program, var):
     nothing = run(str(BIN / program), extra_env={"KUBECONFIG": kubeconfig, var: "bash_complete",
                                                  "COMP_WORDS": f"{program} status {name[:3]}", "COMP_CWORD": "2"})
     assert (nothing.returncode, nothing.stdout.split()) == (0, [])  # the current context's namespace has none
+
+
+def test_kubectl_completes_the_plugin_s_words_from_the_cluster(setup):
+    """kubectl's own completion (`kubectl __complete`, what its shell script calls) runs
+    kubectl_complete-dispatch for the words after `dispatch`."""
+    name, kubeconfig, kubectl, run = setup
+    commands = run(kubectl, "__complete", "dispatch", "exec", extra_env={"KUBECONFIG": kubeconfig})
+    assert commands.returncode == 0, commands.stderr
+    assert commands.stdout.splitlines()[-1] == ":4"
+    assert [line.split("\t")[0] for line in commands.stdout.splitlines()[:-1]] == ["executions"]
+    names = run(kubectl, "__complete", "dispatch", "status", "--context", "team", name[:3],
+                extra_env={"KUBECONFIG": kubeconfig})
+    assert names.returncode == 0, names.stderr
+    assert names.stdout.splitlines() == [name, ":4"]
