@@ -1,5 +1,5 @@
-"""The foreign flag as it is written on a TrainJob (DESIGN.md §7): the cause
-annotations and a label, always together.
+"""The foreign flag as it is written on a TrainJob: the cause annotations
+and a label, always together.
 
 The causes live in annotations (`toolkit.causes`: whole lines, bounded), which
 a person reads but no selector can find. So every write that sets the flag
