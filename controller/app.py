@@ -18,7 +18,10 @@
 
 Only the leader runs informers and workers (leader election on a Lease,
 `kube.run_leader_election`); a standby is live (/healthz) but not ready
-(/readyz). Losing the lease ends the process (exit 1) so it restarts as a
+(/readyz). The probes are plain HTTP on the health port; /metrics is HTTPS on
+a port of its own, for callers the apiserver authenticates and authorizes
+(`metrics_server`); the leader alone also watches the flagged TrainJobs, for
+the flagged gauge (`metrics`). Losing the lease ends the process (exit 1) so it restarts as a
 standby rather than keep acting on stale leadership. SIGTERM finishes the
 current step and exits 0.
 
@@ -35,8 +38,12 @@ import threading
 import time
 from typing import Any
 
-from toolkit import informer, jsonlog, kube, marks, names, paths
-from controller import admission, detector, health, queue
+import prometheus_client
+
+from toolkit import flagmark, informer, jsonlog, kube, marks, names, paths
+from controller import admission, certs, detector, health, queue
+from controller import metrics as metrics_mod
+from controller import metrics_server as metrics_server_mod
 from controller import settings as settings_mod
 
 log = logging.getLogger("controller")
@@ -70,7 +77,7 @@ def setup_logging() -> None:
 class Controller:
     """The leader's work: informers, queue, workers."""
 
-    def __init__(self, client: kube.Client, settings: Settings, *, metrics: health.Metrics) -> None:
+    def __init__(self, client: kube.Client, settings: Settings, *, metrics: metrics_mod.Metrics) -> None:
         self.client = client
         self.settings = settings
         self.metrics = metrics
@@ -108,6 +115,11 @@ class Controller:
             mk(paths.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL, transform=without_managed_fields),
             mk(paths.EVENT, self._on_event, field_selector=f"reason={names.SIDECAR_VIOLATION_REASON}"),
         ]
+        # The flagged TrainJobs, for the gauge only (nothing is queued): a watch filtered by the
+        # flag's label, so its cache holds the flagged ones and nothing else, names alone.
+        self.flagged = mk(paths.TRAINJOB, lambda kind, obj: None, label_selector=flagmark.SELECTOR,
+                          transform=names_only)
+        self.informers.append(self.flagged)
         self.threads: list[threading.Thread] = []
 
     # -- handlers (informer threads): cheap, they only enqueue ----------
@@ -185,7 +197,8 @@ class Controller:
                 self._seen_reserved.pop(uid, None)
             if outcome.action == "ready":
                 if started is not None:
-                    self.metrics.ready_latency.observe(time.monotonic() - started)
+                    queue_name = ((obj.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
+                    self.metrics.ready_latency.labels(cluster_queue=queue_name).observe(time.monotonic() - started)
                 log.info(
                     "check ready",
                     extra={"workload": f"{namespace}/{name}", "admission": outcome.admission, "raised": outcome.raised},
@@ -213,6 +226,7 @@ class Controller:
             try:
                 self._process(key, obj)  # type: ignore[arg-type]
             except Exception:
+                self.metrics.reconcile_errors.labels(kind=key[0]).inc()  # type: ignore[index]
                 log.exception("reconcile failed, retrying", extra={"key": "/".join(key)})  # type: ignore[arg-type]
                 self.queue.add_after(key, obj, 1.0)
             finally:
@@ -250,6 +264,12 @@ def without_managed_fields(obj: Obj) -> Obj:
     return {**obj, "metadata": meta}
 
 
+def names_only(obj: Obj) -> Obj:
+    """Pure: OBJ's namespace and name, all the flagged gauge counts by."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion") if k in meta}}
+
+
 def slim(obj: Obj) -> Obj:
     """Pure: OBJ without its spec and managedFields: the metadata and status the handlers read."""
     return {k: v for k, v in without_managed_fields(obj).items() if k != "spec"}
@@ -260,10 +280,15 @@ def run(settings: Settings) -> int:
     the exit status (0 after SIGTERM, 1 when the lease was lost)."""
     setup_logging()
     client = kube.load(kubeconfig=settings.kubeconfig, context=settings.context)
-    metrics = health.Metrics()
-    metrics.api_requests.set_function(lambda: client.requests)
-    server = health.HealthServer(host=settings.health_host, port=settings.health_port, metrics=metrics)
+    metrics = metrics_mod.Metrics(lease=settings.lease_name)
+    metrics.api_requests_source = lambda: client.requests
+    server = health.HealthServer(host=settings.health_host, port=settings.health_port)
+    metrics_server = metrics_server_mod.MetricsServer(
+        host=settings.metrics_host, port=settings.metrics_port, context=certs.server_context(settings.metrics_cert_dir),
+        reviewer=metrics_server_mod.Reviewer(client), scrape=metrics.scrape,
+        content_type=prometheus_client.CONTENT_TYPE_LATEST)
     server.start()
+    metrics_server.start()
     server.live.set()
     done = threading.Event()
     status = {"code": 0}
@@ -271,13 +296,17 @@ def run(settings: Settings) -> int:
 
     def lead() -> None:
         log.info("leading", extra={"lease": settings.lease_name})
+        metrics.leader.set(1)
         controller.start()
         if controller.wait_synced(60):
+            metrics.flagged_source = controller.flagged.items
             server.ready.set()
             log.info("ready", extra={"port": server.port})
         controller.stop.wait()
 
     def lost() -> None:
+        metrics.leader.set(0)
+        metrics.flagged_source = None
         log.error("lost the lease, exiting")
         status["code"] = 1
         done.set()
@@ -285,6 +314,7 @@ def run(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     log.info("starting", extra={"health_host": settings.health_host, "health_port": server.port,
+                                "metrics_host": settings.metrics_host, "metrics_port": metrics_server.port,
                                 "leader_elect": settings.leader_elect})
     if settings.leader_elect:
         elector = threading.Thread(
@@ -309,5 +339,6 @@ def run(settings: Settings) -> int:
     log.info("stopping")
     server.ready.clear()
     controller.shutdown()
+    metrics_server.stop()
     server.stop()
     return status["code"]

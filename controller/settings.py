@@ -103,8 +103,14 @@ TABLE: tuple[Spec, ...] = (
          (1, 3600)),
     Spec("retry_period", "int", None, "Leader election retry period in seconds (unset: 2, or 1 under a 6 s lease)",
          (1, 3600)),
-    Spec("health_port", "int", 8080, "Port of /healthz, /readyz, /metrics; 0 picks one", (0, 65535)),
-    Spec("health_host", "host", "0.0.0.0", "Address /healthz, /readyz, /metrics bind to"),
+    Spec("health_port", "int", 8080, "Port of the probes /healthz and /readyz (plain HTTP); 0 picks one",
+         (0, 65535)),
+    Spec("health_host", "host", "0.0.0.0", "Address the probes bind to"),
+    Spec("metrics_port", "int", 8443, "Port of /metrics (HTTPS; a bearer token the apiserver authenticates and "
+         "authorizes for get on /metrics); 0 picks one", (0, 65535)),
+    Spec("metrics_host", "host", "0.0.0.0", "Address /metrics binds to"),
+    Spec("metrics_cert_dir", "path", None, "Directory holding tls.crt and tls.key for /metrics "
+         "(unset: a self-signed certificate made at start)"),
     Spec("workers", "int", 4, "Reconcile workers", (1, 64)),
 )
 BY_FIELD = {spec.field: spec for spec in TABLE}
@@ -174,6 +180,9 @@ class Settings:
     health_port: int = 8080
     # Every interface, as a pod's probes need; a test or a laptop binds loopback.
     health_host: str = "0.0.0.0"
+    metrics_port: int = 8443
+    metrics_host: str = "0.0.0.0"
+    metrics_cert_dir: str | None = None
     workers: int = 4
 
     @classmethod

@@ -147,6 +147,7 @@ class Stack:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._procs: dict[str, harness._Process] = {}
         self._health: dict[str, int] = {}  # name -> its readyz port, for a restart's wait
+        self._metrics: dict[str, int] = {}  # name -> its /metrics port (HTTPS, a token needed: devcluster.metrics)
         self.started: list[tuple[str, int]] = []  # (name, process group id), kept after stop()
         self._webhooks: list[dict[str, Any]] = []
         self.cert_dir = self.workdir / "webhook-certs"
@@ -255,6 +256,9 @@ class Stack:
     def health_port(self, name: str) -> int:
         return self._health[name]
 
+    def metrics_port(self, name: str) -> int:
+        return self._metrics[name]
+
     def start_dispatch_replicas(self, replicas: int = 2, *, lease_namespace: str = "dispatch-system") -> list[str]:
         """Our controller as the shipped Deployment runs it (deployments/k8s/base/controller): REPLICAS
         processes with leader election on the Lease `dispatch-controller`, the lease timings at their
@@ -273,7 +277,8 @@ class Stack:
             name = f"dispatch-controller-{i}"
             health = harness.free_port()
             self._health[name] = health
-            self._run(name, self._controller_argv(health, "--leader-elect", f"--lease-namespace={lease_namespace}"),
+            self._run(name, self._controller_argv(health, "--leader-elect", f"--lease-namespace={lease_namespace}",
+                                                  name=name),
                       env={"HOME": str(self.workdir), "PYTHONPATH": str(HERE.parent), "HOSTNAME": name})
             started.append(name)
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
@@ -463,16 +468,18 @@ class Stack:
     def _start_dispatch_controller(self) -> None:
         """Our admission-check controller and reset detector (`toolkit controller`)."""
         health = harness.free_port()
-        self._run("dispatch-controller", self._controller_argv(health, "--no-leader-elect"),
+        self._run("dispatch-controller", self._controller_argv(health, "--no-leader-elect", name="dispatch-controller"),
                   env={"HOME": str(self.workdir), "PYTHONPATH": str(HERE.parent)})
         self._wait_ready("dispatch-controller", health)
 
-    def _controller_argv(self, health: int, *extra: str) -> list[str]:
+    def _controller_argv(self, health: int, *extra: str, name: str) -> list[str]:
         # The `toolkit controller` command itself, called as a click command.
+        self._metrics[name] = harness.free_port()
         return [
             sys.executable, "-c", "import sys; from toolkit import cli_cluster; cli_cluster.controller_cmd(sys.argv[1:])",
             f"--kubeconfig={self.plane.kubeconfig}", *extra,
             "--health-host=127.0.0.1", f"--health-port={health}", "--workers=2",
+            "--metrics-host=127.0.0.1", f"--metrics-port={self._metrics[name]}",
         ]
 
     def add_node(self, api: kubernetes.client.ApiClient, name: str, *, cpu: str = "8", memory: str = "16Gi",

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 export CONTAINERS_CONF=$PWD/scripts/containers.conf
 toolkit=.venv/bin/toolkit
 
-mapfile -d '' -t wrapped < <("$toolkit" wrap --format json -- train --epochs 3 |
+mapfile -d '' -t wrapped < <("$toolkit" wrap -o json -- train --epochs 3 |
   .venv/bin/python -c 'import json,sys; sys.stdout.write("".join(a + "\0" for a in json.load(sys.stdin)))')
 echo "toolkit wrap -- train --epochs 3"
 echo "  -> [${wrapped[0]}, ${wrapped[1]}, <prologue: $(wc -c <prologue/prologue.sh) bytes>, ${wrapped[*]:3}]"

@@ -16,7 +16,7 @@ Invariants:
   start with the previous A.
 - Start never changes an existing TrainJob: the name is a function of the
   job and submission, so AlreadyExists means "already started".
-- Flagging foreign only adds annotations and an Event; nothing here stops,
+- Flagging foreign only adds annotations, a label and an Event; nothing here stops,
   suspends or deletes a workload because of a detected reset. Only a
   person's `adopt` clears the flag, and it keeps the causes in the history.
 - Open and release check the runtime again (it may have been edited since
@@ -32,7 +32,7 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-from toolkit import causes, detect, history, kube, marks, names, paths, raising, runtime_check
+from toolkit import causes, detect, flagmark, history, kube, marks, names, paths, raising, runtime_check
 
 Obj = dict[str, Any]
 
@@ -289,7 +289,8 @@ def flag_foreign(
     """Keep the cause detail on the TrainJob and emit a Warning Event.
 
     Each cause is written and announced once (`toolkit.causes`: whole lines,
-    bounded, the dropped ones counted once). Only annotations change; the
+    bounded, the dropped ones counted once), with the label that finds it
+    (`toolkit.flagmark`) in the same update. Only the flag changes; the
     workload is left running. True when the cause was new.
     """
 
@@ -299,12 +300,11 @@ def flag_foreign(
         current = causes.parse(annotations.get(names.FOREIGN_ANNOTATION), annotations.get(causes.DROPPED_ANNOTATION))
         added = causes.add(current, violation.detail)
         if added is None:
+            if flagmark.needs_label(trainjob):  # flagged without the label: label it, announce nothing again
+                flagmark.label(trainjob)
+                return trainjob, None
             return None, None
-        foreign, dropped = causes.render(added)
-        if foreign:
-            annotations[names.FOREIGN_ANNOTATION] = foreign
-        if dropped is not None:
-            annotations[causes.DROPPED_ANNOTATION] = dropped
+        flagmark.write(trainjob, added)
         return trainjob, trainjob
 
     try:
@@ -318,9 +318,7 @@ def flag_foreign(
     return True
 
 
-def is_flagged(trainjob: Obj) -> bool:
-    annotations = (trainjob.get("metadata") or {}).get("annotations") or {}
-    return bool(annotations.get(names.FOREIGN_ANNOTATION) or annotations.get(causes.DROPPED_ANNOTATION))
+is_flagged = flagmark.is_flagged
 
 
 def record_jobset_uid(client: kube.Client, *, namespace: str, name: str, uid: str,
@@ -602,8 +600,7 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
                                "is not below the bound 10^6")
         annotations[history.HISTORY_ANNOTATION] = history.render(recorded)
         annotations[history.MINIMUM_ANNOTATION] = str(max(minimum, counts.minimum or 0))
-        annotations.pop(names.FOREIGN_ANNOTATION, None)
-        annotations.pop(causes.DROPPED_ANNOTATION, None)
+        flagmark.clear(trainjob)
         if uid is not None:
             annotations[names.JOBSET_UID_ANNOTATION] = uid
         else:

@@ -18,9 +18,17 @@ Exit status: 0 ok, 1 a check failed (click.ClickException), 2 usage or bad
 input (click.UsageError, BadInput). Every error is ONE line on stderr,
 `toolkit <command>: <message>`, never a traceback for a user's mistake:
 `LazyGroup.main` catches click's exceptions and prints them that way instead
-of click's multi-line usage block. Manifests go to stdout (or -o FILE,
-written atomically), diagnostics to stderr. Shell completion is click's own:
-`eval "$(_TOOLKIT_COMPLETE=bash_source toolkit)"` (zsh_source, fish_source).
+of click's multi-line usage block. Manifests go to stdout (or
+--output-file FILE, written atomically), diagnostics to stderr.
+
+Options are spelled as kubectl spells them, and one letter means one thing
+in every command: `-o` is the output format (`toolkit.cli_output`), `-n` the
+namespace, `-A` every namespace, `-l` a label selector, `-h` help. A
+spelling that is gone (`-o FILE`, `identity -n`, `wrap --format`) is refused
+in one line that names the new one (`renamed`), exit 2. Completion:
+`toolkit completion bash|zsh|fish` (`toolkit.cli_completion`). The same
+commands are the kubectl plugin `kubectl-dispatch` (`kubectl_plugin`), and
+kubectl completes them through `kubectl_complete-dispatch`.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import click
+
+from toolkit import cli_output
 
 # name -> "module:attribute"; see the module docstring.
 COMMANDS: dict[str, str] = {
@@ -48,9 +58,11 @@ COMMANDS: dict[str, str] = {
     "release": "toolkit.cli_cluster:release_cmd",
     "status": "toolkit.cli_cluster:status_cmd",
     "executions": "toolkit.cli_cluster:executions_cmd",
+    "list": "toolkit.cli_cluster:list_cmd",
     "adopt": "toolkit.cli_cluster:adopt_cmd",
     "controller": "toolkit.cli_cluster:controller_cmd",
     "cluster": "toolkit.cli_local:cluster",
+    "completion": "toolkit.cli_completion:completion_cmd",
 }
 
 
@@ -145,6 +157,17 @@ def main() -> None:
     root.main(prog_name="toolkit")
 
 
+# kubectl runs an executable named kubectl-<name> on PATH for `kubectl <name> ...`, with every
+# argument after <name> (--kubeconfig, --context, -n and -A included) and its own environment.
+PLUGIN_PROG = "kubectl dispatch"
+PLUGIN_COMPLETE_VAR = "_KUBECTL_DISPATCH_COMPLETE"
+
+
+def kubectl_plugin() -> None:
+    """The `kubectl-dispatch` entry point: the same commands as `toolkit`."""
+    root.main(prog_name=PLUGIN_PROG, complete_var=PLUGIN_COMPLETE_VAR)
+
+
 # -- shared helpers -----------------------------------------------------
 
 
@@ -170,7 +193,7 @@ def write_output(text: str, output: str | None) -> None:
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(output)}.", suffix=".tmp")
     except OSError as exc:
-        bad_input(f"-o {output}: cannot write in {directory}: {exc.strerror}")
+        bad_input(f"--output-file {output}: cannot write in {directory}: {exc.strerror}")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -180,7 +203,7 @@ def write_output(text: str, output: str | None) -> None:
         os.replace(tmp, output)
     except OSError as exc:
         os.unlink(tmp)
-        bad_input(f"-o {output}: cannot write: {exc.strerror}")
+        bad_input(f"--output-file {output}: cannot write: {exc.strerror}")
     except BaseException:
         os.unlink(tmp)
         raise
@@ -207,9 +230,23 @@ def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-output_option = click.option(
-    "-o", "--output", metavar="FILE", help="Write to FILE (atomically) instead of stdout."
+output_file_option = click.option(
+    "--output-file", metavar="FILE", default=None, help="Write to FILE (atomically) instead of stdout."
 )
+
+
+def renamed(old: str, *, now: str, takes_value: bool = True) -> Callable[[Any], Any]:
+    """A hidden option for a spelling that is gone: given, it is bad input
+    answered with one line naming what to write now (exit 2). So no option
+    letter ever means two things, and an old command line fails loudly
+    instead of meaning something else."""
+
+    def refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is not None and value is not False:
+            raise click.UsageError(f"{old} is gone: {now}", ctx=ctx)
+
+    return click.option(old, f"renamed_{old.lstrip('-').replace('-', '_')}", hidden=True, expose_value=False,
+                        is_flag=not takes_value, default=None, callback=refuse, is_eager=True)
 
 
 # -- wrap ---------------------------------------------------------------
@@ -217,19 +254,14 @@ output_option = click.option(
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--workdir", metavar="DIR", help="Directory the prologue enters before the command (DISPATCH_K8S_WORKDIR).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["json", "yaml", "shell"]),
-    default="json",
-    show_default=True,
-    help="json: one exec-form array (Containerfile ENTRYPOINT); yaml: a container's command, args "
-    "and env; shell: one command line.",
-)
+@cli_output.format_option(("json", "yaml", "shell"), default="json", hint=None)
+@renamed("--format", now="the format is -o/--output (json, yaml or shell)")
 @click.argument("cmd", nargs=-1, required=True, metavar="-- CMD [ARG...]")
 @_user_errors
-def wrap(workdir: str | None, fmt: str, cmd: tuple[str, ...]) -> None:
-    """Print CMD wrapped in the dispatch prologue.
+def wrap(workdir: str | None, output: str, cmd: tuple[str, ...]) -> None:
+    """Print CMD wrapped in the dispatch prologue (-o json: one exec-form
+    array for a Containerfile ENTRYPOINT; yaml: a container's command, args
+    and env; shell: one command line).
 
     The result runs `/bin/sh -c <prologue> dispatch-prologue CMD...`: the
     prologue sets DISPATCH_EPOCH and DISPATCH_ATTEMPT, then execs CMD.
@@ -237,8 +269,8 @@ def wrap(workdir: str | None, fmt: str, cmd: tuple[str, ...]) -> None:
     \b
     Examples:
       toolkit wrap -- python train.py --epochs 3
-      toolkit wrap --format yaml --workdir /app -- python train.py
-      toolkit wrap --format shell -- ./run.sh
+      toolkit wrap -o yaml --workdir /app -- python train.py
+      toolkit wrap -o shell -- ./run.sh
     """
     from toolkit import wrap as wrap_mod
 
@@ -246,16 +278,16 @@ def wrap(workdir: str | None, fmt: str, cmd: tuple[str, ...]) -> None:
         bad_input("CMD must not be empty: the prologue refuses an empty command")
     if workdir is not None and not workdir:
         bad_input("--workdir must not be empty")
-    if fmt == "json":
+    if output == "json":
         if workdir is not None:
             bad_input(
-                "--workdir needs --format yaml or shell: an exec-form array cannot carry the environment; "
+                "--workdir needs -o yaml or shell: an exec-form array cannot carry the environment; "
                 f"in a Containerfile add: ENV DISPATCH_K8S_WORKDIR={workdir}"
             )
         import json
 
         click.echo(json.dumps(wrap_mod.argv(cmd)))
-    elif fmt == "shell":
+    elif output == "shell":
         from toolkit import names
 
         assignments = [(names.ENV_WORKDIR, workdir)] if workdir else []
@@ -278,39 +310,59 @@ def render() -> None:
 
     \b
     Examples:
-      toolkit render trainjob examples/start-request.yaml -o trainjob.yaml
+      toolkit render trainjob examples/start-request.yaml --output-file trainjob.yaml
       toolkit render runtime torch_distributed.yaml --sidecar-image reg/sidecar:1.0
     """
 
 
+def _file_hint(value: str) -> str:
+    return f"to write a file, --output-file {value}"
+
+
+manifest_format_option = cli_output.format_option(("yaml", "json"), default="yaml", hint=_file_hint)
+
+
+def write_manifests(docs: list[Any], *, output: str, output_file: str | None) -> None:
+    """One document as itself; several as a YAML stream, or in json a v1 List (as kubectl prints them)."""
+    if output == "json":
+        data = docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
+        write_output(cli_output.dumps("json", data), output_file)
+        return
+    from toolkit import yamlio
+
+    write_output(yamlio.dump_all(docs), output_file)
+
+
 @render.command("trainjob")
 @click.argument("request_file", metavar="REQUEST")
-@output_option
+@manifest_format_option
+@output_file_option
 @_user_errors
-def render_trainjob(request_file: str, output: str | None) -> None:
+def render_trainjob(request_file: str, output: str, output_file: str | None) -> None:
     """Render the suspended TrainJob for a StartRequest (YAML, or JSON by .json; - is stdin).
 
     \b
     Example:
-      toolkit render trainjob examples/start-request.yaml -o trainjob.yaml
+      toolkit render trainjob examples/start-request.yaml --output-file trainjob.yaml
     """
     from toolkit import render as render_mod
-    from toolkit import request, yamlio
+    from toolkit import request
 
     req = request.load(request_file)
-    write_output(yamlio.dump(render_mod.trainjob(req)), output)
+    write_manifests([render_mod.trainjob(req)], output=output, output_file=output_file)
 
 
 @render.command("runtime")
 @click.argument("runtime_file", metavar="RUNTIME")
-@output_option
+@manifest_format_option
+@output_file_option
 @click.option("--sidecar-image", metavar="IMAGE", default=None,
               help="The sidecar verifier's image (default: the recorded release's, REGISTRY/dispatch/sidecar:TAG@sha256:...).")
 @click.option(
     "--service-account", metavar="NAME", default=None, help="The ServiceAccount the sidecar runs as."
 )
 @_user_errors
-def render_runtime(runtime_file: str, output: str | None, sidecar_image: str | None, service_account: str | None) -> None:
+def render_runtime(runtime_file: str, output: str, output_file: str | None, sidecar_image: str | None, service_account: str | None) -> None:
     """Add restartPolicy Never, backoffLimit 0 and the sidecar to a (Cluster)TrainingRuntime.
 
     Every document of RUNTIME is rendered; the output is idempotent (render
@@ -319,7 +371,7 @@ def render_runtime(runtime_file: str, output: str | None, sidecar_image: str | N
 
     \b
     Example:
-      toolkit render runtime torch_distributed.yaml -o torch_distributed.dispatch.yaml
+      toolkit render runtime torch_distributed.yaml --output-file torch_distributed.dispatch.yaml
     """
     from toolkit import names, yamlio
     from toolkit import render as render_mod
@@ -338,7 +390,7 @@ def render_runtime(runtime_file: str, output: str | None, sidecar_image: str | N
         except render_mod.RenderError as exc:
             where = f"{runtime_file}" + (f" (document {i + 1})" if len(docs) > 1 else "")
             bad_input(f"{where}: {exc}")
-    write_output(yamlio.dump_all(out), output)
+    write_manifests(out, output=output, output_file=output_file)
 
 
 # -- check-runtime ------------------------------------------------------
@@ -411,7 +463,8 @@ def check_image(target: str, timeout: float) -> None:
 @click.command("identity", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--job-id", metavar="ID", help="The job id (JobID).")
 @click.option("-g", "--generation", metavar="G", help="The job's generation G.")
-@click.option("-n", "--submission", metavar="N", help="The submission number N.")
+@click.option("--submission", metavar="N", help="The submission number N.")
+@renamed("-n", now="-n is the namespace in every toolkit command; the submission number is --submission")
 @click.option("--attempt", metavar="K", help="The attempt.")
 @click.option("-a", "--admission", metavar="A", help="The admission count A (>= 1).")
 @click.option("-j", "--restart", metavar="J", help="The JobSet restart count J.")
@@ -430,7 +483,7 @@ def identity_command(
 
     \b
     Examples:
-      toolkit identity --job-id train-42 -g 1 -n 2 --attempt 0 -a 3 -j 0
+      toolkit identity --job-id train-42 -g 1 --submission 2 --attempt 0 -a 3 -j 0
       toolkit identity --parse 1000002000003
     """
     from toolkit import identity
@@ -456,7 +509,7 @@ def identity_command(
     assert job_id is not None and generation is not None and submission is not None
     assert attempt is not None and admission is not None and restart is not None
     g = identity.parse_decimal("-g/--generation", generation)
-    n = identity.parse_decimal("-n/--submission", submission)
+    n = identity.parse_decimal("--submission", submission)
     k = identity.parse_decimal("--attempt", attempt)
     a = identity.parse_decimal("-a/--admission", admission)
     j = identity.parse_decimal("-j/--restart", restart)

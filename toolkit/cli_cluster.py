@@ -1,5 +1,10 @@
-"""`toolkit start|open|hold|release|status|executions|adopt|controller`:
+"""`toolkit start|open|hold|release|status|executions|list|adopt|controller`:
 the adapter operations and the controller against a cluster.
+
+Kubectl-shaped: each command names its cluster and namespace with the
+options `toolkit.cli_target` gives it (the namespace from the kubeconfig
+context when -n is not given; -A where a list makes sense), and prints in
+the format `-o` names (`toolkit.cli_output`: the table, json or yaml).
 
 Thin commands: parse, call `toolkit.adapter` (or the controller's `run`),
 print. A refusal (`adapter.AdapterError`, a bound, an API refusal) is one
@@ -10,32 +15,15 @@ kubernetes client.
 
 from __future__ import annotations
 
+import datetime
 import functools
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from toolkit import adapter, cli, kube
-
-
-def _cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option(
-        "--kubeconfig", envvar="KUBECONFIG", default=None,
-        help="Kubeconfig path (default: $KUBECONFIG; without it, the pod's ServiceAccount where "
-             "KUBERNETES_SERVICE_HOST is set, else ~/.kube/config).",
-    )(fn)
-    fn = click.option("--context", default=None, help="Kubeconfig context (default: the current one).")(fn)
-    return fn
-
-
-def _namespace_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "-n", "--namespace", envvar="DISPATCH_NAMESPACE", default="default", show_default=True,
-        help="Namespace of the TrainJob (env DISPATCH_NAMESPACE).",
-    )(fn)
+from toolkit import adapter, cli, cli_output, cli_target, flagmark, kube, listing
 
 
 def _refusal(message: str) -> click.ClickException:
@@ -58,18 +46,11 @@ def _refusals(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _client(kubeconfig: str | None, context: str | None) -> kube.Client:
-    try:
-        return kube.load(kubeconfig=kubeconfig, context=context)
-    except kube.ConfigError as exc:
-        raise _refusal(f"--kubeconfig: {exc}") from None
-
-
 @click.command("start")
 @click.argument("request_file", metavar="REQUEST", type=click.Path(dir_okay=False))
-@_cluster_options
+@cli_target.target_options(namespaced=False)
 @_refusals
-def start_cmd(request_file: str, kubeconfig: str | None, context: str | None) -> None:
+def start_cmd(request_file: str, target: cli_target.Target) -> None:
     """Check the runtime on the cluster, then create the TrainJob of REQUEST
     (a StartRequest file, YAML or JSON) suspended with A = 0. A second start
     of the same job and submission finds it and changes nothing.
@@ -85,7 +66,7 @@ def start_cmd(request_file: str, kubeconfig: str | None, context: str | None) ->
     except ValueError as exc:  # RequestError and LoadError: one line naming the field
         raise click.BadParameter(str(exc), param_hint="REQUEST") from None
     started = adapter.start(
-        _client(kubeconfig, context), trainjob=render.trainjob(req), allow_rank_restart=req.allow_rank_restart
+        target.client(), trainjob=render.trainjob(req), allow_rank_restart=req.allow_rank_restart
     )
     verb = "created" if started.created else "exists, unchanged"
     click.echo(f"trainjob {started.namespace}/{started.name} {verb}")
@@ -93,12 +74,12 @@ def start_cmd(request_file: str, kubeconfig: str | None, context: str | None) ->
 
 def _raise_command(name: str, op: Callable[..., adapter.Raised], doc: str) -> click.Command:
     @click.command(name, help=doc)
-    @click.argument("trainjob")
-    @_namespace_option
-    @_cluster_options
+    @click.argument("trainjob", shell_complete=cli_target.complete_trainjob)
+    @cli_target.target_options()
     @_refusals
-    def cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None) -> None:
-        raised = op(_client(kubeconfig, context), namespace=namespace, name=trainjob)
+    def cmd(trainjob: str, target: cli_target.Target) -> None:
+        namespace = target.namespace
+        raised = op(target.client(), namespace=namespace, name=trainjob)
         click.echo(f"trainjob {namespace}/{trainjob} running with A = {raised.admission}")
         if raised.jobset_reset:
             click.echo(f"warning: flagged foreign: {raised.jobset_reset}", err=True)
@@ -120,46 +101,23 @@ release_cmd = _raise_command(
 
 
 @click.command("hold")
-@click.argument("trainjob")
-@_namespace_option
-@_cluster_options
+@click.argument("trainjob", shell_complete=cli_target.complete_trainjob)
+@cli_target.target_options()
 @_refusals
-def hold_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None) -> None:
+def hold_cmd(trainjob: str, target: cli_target.Target) -> None:
     """Suspend TRAINJOB (its pods stop; the next open or release raises A).
 
     \b
     Example:
       toolkit hold llama-ft-7 -n training
     """
-    changed = adapter.hold(_client(kubeconfig, context), namespace=namespace, name=trainjob)
+    namespace = target.namespace
+    changed = adapter.hold(target.client(), namespace=namespace, name=trainjob)
     click.echo(f"trainjob {namespace}/{trainjob} {'held' if changed else 'was already suspended'}")
 
 
-_output_option = click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text",
-                              show_default=True, help="text for people, json for machines.")
-
-
-@click.command("status")
-@click.argument("trainjob")
-@_namespace_option
-@_cluster_options
-@_output_option
-@_refusals
-def status_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None, output: str) -> None:
-    """State of TRAINJOB, and A, J, R, epoch and attempt of one execution: the
-    current one while it runs, the next one while it is suspended (each row
-    says which). Also the floor, the high-water mark of R, the recorded JobSet
-    UID (recorded now if it was not, a different one flagged) and the foreign
-    flag with its causes.
-
-    \b
-    Example:
-      toolkit status llama-ft-7 -n training -o json
-    """
-    st = adapter.status(_client(kubeconfig, context), namespace=namespace, name=trainjob)
-    if output == "json":
-        click.echo(json.dumps(st.as_dict(), sort_keys=True))
-        return
+def status_table(st: adapter.Status) -> str:
+    """The status as text: one `key  value` row each."""
     which = f"{st.execution} execution"
     rows = [
         ("trainjob", f"{st.namespace}/{st.name}"),
@@ -176,14 +134,37 @@ def status_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: s
         ("jobset uid (seen)", (st.jobset_uid_seen or "-") + (" (MISMATCH)" if st.jobset_uid_mismatch else "")),
         ("foreign", "yes" if st.foreign else "no"),
     ]
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        click.echo(f"{k:<{width}}  {v}")
     if st.foreign_cause:
-        for line in st.foreign_cause.split("\n"):
-            click.echo(f"{'cause':<{width}}  {line}")
+        rows += [("cause", line) for line in st.foreign_cause.split("\n")]
     if st.foreign_dropped:
-        click.echo(f"{'cause':<{width}}  ... and {st.foreign_dropped} more not kept (the list is bounded)")
+        rows.append(("cause", f"... and {st.foreign_dropped} more not kept (the list is bounded)"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+@click.command("status")
+@click.argument("trainjob", shell_complete=cli_target.complete_trainjob)
+@cli_target.target_options()
+@cli_output.format_option()
+@_refusals
+def status_cmd(trainjob: str, target: cli_target.Target, output: str) -> None:
+    """State of TRAINJOB, and A, J, R, epoch and attempt of one execution: the
+    current one while it runs, the next one while it is suspended (each row
+    says which). Also the floor, the high-water mark of R, the recorded JobSet
+    UID and the foreign flag with its causes.
+
+    It writes, as open and release do: the first time it sees the TrainJob's
+    JobSet it records its UID on the TrainJob, and a JobSet whose UID is not
+    the recorded one flags the TrainJob foreign (annotation, label and a
+    Warning Event). Without update rights on TrainJobs it writes nothing and
+    only shows the mismatch.
+
+    \b
+    Example:
+      toolkit status llama-ft-7 -n training -o yaml
+    """
+    st = adapter.status(target.client(), namespace=target.namespace, name=trainjob)
+    cli_output.emit(output, st.as_dict(), table=lambda: status_table(st))
 
 
 def executions_table(ex: adapter.Executions) -> str:
@@ -218,49 +199,118 @@ def executions_table(ex: adapter.Executions) -> str:
     return "\n".join(lines)
 
 
-@click.command("executions")
-@click.argument("trainjob")
-@_namespace_option
-@_cluster_options
-@_output_option
+def list_table(rows: list[listing.Row], *, every: bool, now: datetime.datetime | None = None) -> str:
+    """The rows as kubectl prints a list (a NAMESPACE column with -A)."""
+    header = ["NAME", "STATE", "MODE", "A", "EXECUTIONS", "HIGH-WATER R", "FOREIGN", "AGE"]
+    table = [(["NAMESPACE"] if every else []) + header]
+    for r in rows:
+        cells = [r.name, r.state, r.mode, str(r.admission), str(r.executions), str(r.high_water),
+                 f"yes ({r.causes})" if r.foreign else "no", _age(r.created, now=now)]
+        table.append(([r.namespace] if every else []) + cells)
+    return cli_output.columns(table)
+
+
+def _age(created: str, *, now: datetime.datetime | None = None) -> str:
+    """A short age (45s, 12m, 5h, 3d) of an apiserver timestamp, as kubectl prints one."""
+    try:
+        then = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return "-"
+    seconds = max(0, int(((now or datetime.datetime.now(datetime.timezone.utc)) - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size or (unit == "m" and seconds >= size):
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _list(target: cli_target.Target, *, foreign: bool, selector: str | None, output: str) -> None:
+    rows = listing.rows(target.client(), namespace=target.scope, foreign=foreign, label_selector=selector)
+    if not rows and output == cli_output.TABLE:
+        where = "any namespace" if target.all_namespaces else f"namespace {target.namespace}"
+        click.echo(f"no {'flagged ' if foreign else ''}dispatch TrainJobs found in {where}", err=True)
+        return
+    cli_output.emit(output, {"items": [r.as_dict() for r in rows]},
+                    table=lambda: list_table(rows, every=target.all_namespaces))
+
+
+_foreign_option = click.option("--foreign", is_flag=True,
+                               help=f"Only the TrainJobs flagged foreign (label {flagmark.SELECTOR}).")
+_selector_option = click.option("-l", "--selector", default=None, metavar="SELECTOR",
+                                help="A label selector as kubectl takes it (ANDed with --foreign).")
+
+
+@click.command("list")
+@cli_target.target_options(all_namespaces=True)
+@_foreign_option
+@_selector_option
+@cli_output.format_option()
 @_refusals
-def executions_cmd(trainjob: str, namespace: str, kubeconfig: str | None, context: str | None, output: str) -> None:
-    """Every execution of TRAINJOB the controller recorded (A, J, R, epoch,
-    attempt, first pod, how it ended, verdict), the high-water mark of R, the
-    adoptions and the foreign causes.
+def list_cmd(target: cli_target.Target, foreign: bool, selector: str | None, output: str) -> None:
+    """The dispatch TrainJobs of a namespace (or of all, -A): state, mode, the
+    A last written, executions recorded, the high-water mark of R and the
+    foreign flag. Reads only (one paged list of TrainJobs).
 
     \b
-    Example:
-      toolkit executions llama-ft-7 -n training
+    Examples:
+      toolkit list -A --foreign
+      toolkit list -n training -o yaml
+      kubectl get trainjobs -A -l dispatch.phpboyscout.uk/foreign=true   # the same flagged ones
     """
-    ex = adapter.executions(_client(kubeconfig, context), namespace=namespace, name=trainjob)
-    if output == "json":
-        click.echo(json.dumps(ex.as_dict(), sort_keys=True))
+    _list(target, foreign=foreign, selector=selector, output=output)
+
+
+@click.command("executions")
+@click.argument("trainjob", required=False, shell_complete=cli_target.complete_trainjob)
+@cli_target.target_options(all_namespaces=True)
+@_foreign_option
+@_selector_option
+@cli_output.format_option()
+@_refusals
+def executions_cmd(trainjob: str | None, target: cli_target.Target, foreign: bool, selector: str | None,
+                   output: str) -> None:
+    """Every execution of TRAINJOB the controller recorded (A, J, R, epoch,
+    attempt, first pod, how it ended, verdict), the high-water mark of R, the
+    adoptions and the foreign causes. Without TRAINJOB, the list of TrainJobs
+    (as `toolkit list`). Reads only.
+
+    \b
+    Examples:
+      toolkit executions llama-ft-7 -n training
+      toolkit executions -A --foreign
+    """
+    if trainjob is None:
+        _list(target, foreign=foreign, selector=selector, output=output)
         return
-    click.echo(executions_table(ex))
+    if target.all_namespaces:
+        raise click.UsageError("a TrainJob is named in one namespace: give -n NAMESPACE, not -A")
+    if foreign or selector:
+        raise click.UsageError("--foreign and -l select TrainJobs to list: give them without TRAINJOB")
+    ex = adapter.executions(target.client(), namespace=target.namespace, name=trainjob)
+    cli_output.emit(output, ex.as_dict(), table=lambda: executions_table(ex))
 
 
 @click.command("adopt")
-@click.argument("trainjob")
+@click.argument("trainjob", shell_complete=cli_target.complete_trainjob)
 @click.option("--reason", required=True, help="Why the TrainJob may run again (kept in its history and an Event).")
-@_namespace_option
-@_cluster_options
+@cli_target.target_options()
 @_refusals
-def adopt_cmd(trainjob: str, reason: str, namespace: str, kubeconfig: str | None, context: str | None) -> None:
+def adopt_cmd(trainjob: str, reason: str, target: cli_target.Target) -> None:
     """Clear the foreign flag of TRAINJOB after a person has judged it: the
-    causes and REASON go into its history, the current JobSet UID is recorded,
-    and the next execution's R is set above the high-water mark (a running
-    TrainJob is held in plain mode, re-queued through the check in Kueue mode).
-    Refused unless the TrainJob is ours and flagged, or past the R bound.
+    causes and REASON go into its history, the flag's annotations and label
+    are removed, the current JobSet UID is recorded, and the next execution's
+    R is set above the high-water mark (a running TrainJob is held in plain
+    mode, re-queued through the check in Kueue mode). Refused unless the
+    TrainJob is ours and flagged, or past the R bound.
 
     \b
     Example:
       toolkit adopt llama-ft-7 -n training --reason "JobSet deleted by hand; checkpoints verified"
     """
+    namespace = target.namespace
     if not reason.strip():
         raise click.BadParameter("empty; say what was checked and why the TrainJob may run again",
                                  param_hint="--reason")
-    done = adapter.adopt(_client(kubeconfig, context), namespace=namespace, name=trainjob, reason=reason)
+    done = adapter.adopt(target.client(), namespace=namespace, name=trainjob, reason=reason)
     click.echo(f"trainjob {namespace}/{trainjob} adopted: {len(done.causes)} cause(s) cleared and kept in its history")
     epoch = f", epoch {done.next_epoch}" if done.next_epoch else ""
     click.echo(f"next execution: A {done.minimum}, R {done.next_r}{epoch} (above the high-water R {done.high_water})")

@@ -10,6 +10,9 @@ ADMISSION_ANNOTATION = f"{DOMAIN}/admission"
 FLOOR_ANNOTATION = f"{DOMAIN}/admission-floor"
 JOBSET_UID_ANNOTATION = f"{DOMAIN}/jobset-uid"
 FOREIGN_ANNOTATION = f"{DOMAIN}/foreign"
+# TrainJob label set to "true" with the foreign annotation and removed with it (toolkit.flagmark),
+# so that a label selector finds every flagged TrainJob.
+FOREIGN_LABEL = f"{DOMAIN}/foreign"
 # Our entry in spec.runtimePatches (a list keyed by manager).
 PATCH_MANAGER = f"{DOMAIN}/adapter"
 # The field manager of the raise's update, and of nothing else: the apiserver stamps its

@@ -4,7 +4,9 @@
 deployments/k8s/base/controller/rbac.yaml to a fresh ServiceAccount in the
 test's namespace and mints its token, so every controller test is also a
 test that those rules are enough. `start_controller` runs
-`python -m controller` as a subprocess and waits for its ready line.
+`python -m controller` as a subprocess and waits for its ready line; its
+/metrics is read over HTTPS with a token bound to the shipped
+dispatch-metrics-reader (`metrics_token`, devcluster/metrics.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster import metrics
 from toolkit import kube
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -68,14 +71,24 @@ def controller_kubeconfig(control_plane, namespace, admin) -> str:
     return control_plane.mint_kubeconfig(namespace=namespace, service_account="dispatch-controller")
 
 
+@pytest.fixture
+def metrics_token(admin, namespace) -> str:
+    """A token allowed to read /metrics (a ServiceAccount bound to the shipped dispatch-metrics-reader)."""
+    return metrics.reader_token(admin, namespace=namespace)
+
+
 class ControllerProcess:
-    def __init__(self, *, kubeconfig: str, namespace: str, leader_elect: bool, extra: list[str]) -> None:
+    def __init__(self, *, kubeconfig: str, namespace: str, leader_elect: bool, extra: list[str],
+                 metrics_token: str | None = None) -> None:
+        self.metrics_token = metrics_token
         argv = [
             sys.executable, "-m", "controller",
             "--kubeconfig", kubeconfig,
             "--namespace", namespace,
             "--lease-namespace", namespace,
             "--health-port", "0",
+            "--metrics-host", "127.0.0.1",
+            "--metrics-port", "0",
             "--lease-duration", "3",
             "--leader-elect" if leader_elect else "--no-leader-elect",
             *extra,
@@ -85,6 +98,7 @@ class ControllerProcess:
         self.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
         self.lines: list[dict[str, Any]] = []
         self.port: int | None = None
+        self.metrics_port: int | None = None
         self.ready = threading.Event()
         self.started = threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -100,6 +114,7 @@ class ControllerProcess:
             self.lines.append(line)
             if line.get("message") == "starting":
                 self.port = int(line["health_port"])
+                self.metrics_port = int(line["metrics_port"])
                 self.started.set()
             if line.get("message") == "ready":
                 self.ready.set()
@@ -109,7 +124,11 @@ class ControllerProcess:
             raise AssertionError(f"controller not ready after {timeout}s:\n" + self.log_tail())
 
     def get(self, path: str) -> tuple[int, str]:
+        """The probes from the health port; /metrics from the metrics port, with the reader's token."""
         assert self.started.wait(10)
+        if path == "/metrics":
+            assert self.metrics_port is not None and self.metrics_token is not None
+            return metrics.scrape(self.metrics_port, token=self.metrics_token)
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as resp:
                 return resp.status, resp.read().decode()
@@ -134,11 +153,12 @@ class ControllerProcess:
 
 
 @pytest.fixture
-def start_controller(controller_kubeconfig, namespace) -> Iterator[Any]:
+def start_controller(controller_kubeconfig, namespace, metrics_token) -> Iterator[Any]:
     procs: list[ControllerProcess] = []
 
     def start(*, leader_elect: bool = True, wait: bool = True, extra: list[str] | None = None) -> ControllerProcess:
-        proc = ControllerProcess(kubeconfig=controller_kubeconfig, namespace=namespace, leader_elect=leader_elect, extra=extra or [])
+        proc = ControllerProcess(kubeconfig=controller_kubeconfig, namespace=namespace, leader_elect=leader_elect,
+                                 extra=extra or [], metrics_token=metrics_token)
         procs.append(proc)
         if wait:
             proc.wait_ready()

@@ -33,6 +33,9 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
         ("retry_period", 2, "3", 3, 4),
         ("health_port", 8080, "9090", 9090, 0),
         ("health_host", "0.0.0.0", "127.0.0.1", "127.0.0.1", "::1"),
+        ("metrics_port", 8443, "9443", 9443, 0),
+        ("metrics_host", "0.0.0.0", "127.0.0.1", "127.0.0.1", "::1"),
+        ("metrics_cert_dir", None, "/etc/certs", "/etc/certs", "/run/certs"),
         ("workers", 4, "8", 8, 1),
     ],
 )
@@ -138,6 +141,12 @@ ROWS = [
      "expected a whole number from 0 to 65535"),
     ("health_host", "DISPATCH_CONTROLLER_HEALTH_HOST", "--health-host", "::1", "::1", "local host",
      "expected an IP address or a host name"),
+    ("metrics_port", "DISPATCH_CONTROLLER_METRICS_PORT", "--metrics-port", "9443", 9443, "-1",
+     "expected a whole number from 0 to 65535"),
+    ("metrics_host", "DISPATCH_CONTROLLER_METRICS_HOST", "--metrics-host", "::1", "::1", "a b",
+     "expected an IP address or a host name"),
+    ("metrics_cert_dir", "DISPATCH_CONTROLLER_METRICS_CERT_DIR", "--metrics-cert-dir", "/etc/certs", "/etc/certs",
+     None, None),
     ("workers", "DISPATCH_CONTROLLER_WORKERS", "--workers", "8", 8, "+8", "expected a whole number from 1 to 64"),
 ]
 
@@ -145,7 +154,8 @@ ROWS = [
 # A second good value for each, to show the option beating the variable.
 OTHER = {"kubeconfig": "/tmp/other", "context": "other", "namespace": "team-b", "controller_name": "y.example/c",
          "leader_elect": "true", "lease_name": "b.lease", "lease_namespace": "ns-2", "lease_duration": "40",
-         "renew_deadline": "8", "retry_period": "4", "health_port": "9091", "health_host": "127.0.0.1", "workers": "9"}
+         "renew_deadline": "8", "retry_period": "4", "health_port": "9091", "health_host": "127.0.0.1", "metrics_port": "9444",
+         "metrics_host": "127.0.0.1", "metrics_cert_dir": "/run/other", "workers": "9"}
 
 
 def test_the_rows_cover_every_setting_of_the_table_and_the_dataclass():

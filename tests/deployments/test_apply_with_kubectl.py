@@ -164,8 +164,23 @@ type: Warning
 """
 
 
+# What the controller asks about a /metrics caller: who the token is, and whether that user may get /metrics.
+# (--validate=false: kubectl's schema check would list CRDs, which the account may not; the apiserver
+# still authorizes the create itself.)
+TOKEN_REVIEW = """apiVersion: authentication.k8s.io/v1
+kind: TokenReview
+spec: {token: not-a-token}
+"""
+ACCESS_REVIEW = """apiVersion: authorization.k8s.io/v1
+kind: SubjectAccessReview
+spec: {user: someone, nonResourceAttributes: {path: /metrics, verb: get}}
+"""
+
+
 @pytest.mark.parametrize(("account_ns", "account", "request_args", "stdin"), [
     ("dispatch-system", "dispatch-controller", ["get", "workloads.kueue.x-k8s.io", "-A"], None),
+    ("dispatch-system", "dispatch-controller", ["create", "--validate=false", "-f", "-"], TOKEN_REVIEW),
+    ("dispatch-system", "dispatch-controller", ["create", "--validate=false", "-f", "-"], ACCESS_REVIEW),
     (DISPATCHER_NS, "tcab-dispatcher", ["create", "secret", "generic", "tcab-run-probe",
                                         "--from-literal=token=x", "-n", DISPATCHER_NS], None),
     (NAMESPACE, "dispatch-sidecar", ["create", "-f", "-"], EVENT),
@@ -174,3 +189,18 @@ def test_each_component_s_own_request_succeeds(kubectl: Kubectl, account_ns: str
                                                request_args: list[str], stdin: str | None) -> None:
     answer = kubectl(*request_args, identity(account_ns, account), stdin=stdin)
     assert answer.returncode == 0, (answer.stdout, answer.stderr)
+
+
+def test_the_metrics_reader_grants_get_on_metrics_and_nothing_else(kubectl: Kubectl) -> None:
+    """dispatch-metrics-reader, bound as a user binds it to a scraper: get /metrics, nothing more."""
+    bound = kubectl("create", "clusterrolebinding", "scraper-reads-metrics", "--clusterrole=dispatch-metrics-reader",
+                    f"--serviceaccount={NAMESPACE}:scraper")
+    assert bound.returncode == 0, bound.stderr
+    scraper = identity(NAMESPACE, "scraper")
+    assert kubectl("auth", "can-i", "get", "/metrics", scraper).stdout.strip() == "yes"
+    for question in (["get", "/debug/pprof"], ["post", "/metrics"], ["list", "pods", "-A"],
+                     ["get", "trainjobs.trainer.kubeflow.org", "-A"]):
+        assert kubectl("auth", "can-i", *question, scraper).stdout.strip() == "no", question
+    # The controller's own account may not read /metrics: a scraper's binding is a separate decision.
+    assert kubectl("auth", "can-i", "get", "/metrics", identity("dispatch-system", "dispatch-controller")
+                   ).stdout.strip() == "no"

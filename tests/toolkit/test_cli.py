@@ -34,12 +34,12 @@ def test_wrap_json_is_the_exec_form() -> None:
 
 
 def test_wrap_yaml_and_shell() -> None:
-    r = run("wrap", "--format", "yaml", "--workdir", "/app", "--", "python", "t.py")
+    r = run("wrap", "-o", "yaml", "--workdir", "/app", "--", "python", "t.py")
     assert r.exit_code == 0
     assert yamlio.loads_yaml(r.stdout, where="out") == [
         {"command": wrap.command(), "args": ["python", "t.py"], "env": [{"name": "DISPATCH_K8S_WORKDIR", "value": "/app"}]}
     ]
-    r = run("wrap", "--format", "shell", "--workdir", "/", "--", "sh", "-c", 'echo "$DISPATCH_EPOCH $DISPATCH_ATTEMPT $PWD"')
+    r = run("wrap", "-o", "shell", "--workdir", "/", "--", "sh", "-c", 'echo "$DISPATCH_EPOCH $DISPATCH_ATTEMPT $PWD"')
     env = {"PATH": "/usr/bin:/bin", "DISPATCH_K8S_ADMISSION": "2", "DISPATCH_K8S_RESTART": "1",
            "DISPATCH_K8S_EPOCH_PREFIX": "3000004", "DISPATCH_K8S_TOKEN_PREFIX": "j.4.0"}
     out = subprocess.run(["sh", "-c", r.stdout], env=env, capture_output=True, text=True, check=True)
@@ -52,12 +52,12 @@ def test_wrap_yaml_and_shell() -> None:
         (["wrap"], 2, "toolkit wrap: Missing argument"),
         (["wrap", "--workdir", "/x", "--", "true"], 2, "ENV DISPATCH_K8S_WORKDIR=/x"),
         (["wrap", "--", "-x"], 2, "starts with '-'"),
-        (["wrap", "--format", "xml", "--", "true"], 2, "toolkit wrap: Invalid value for '--format'"),
+        (["wrap", "-o", "xml", "--", "true"], 2, "toolkit wrap: Invalid value for '-o' / '--output': 'xml' is not an output format (json, yaml, shell)"),
         (["identity", "--parse", "010"], 2, "toolkit identity: epoch = '010' is not 0 or a decimal"),
         (["identity", "--parse", "1000000"], 2, "R = 0"),
         (["identity", "--job-id", "j", "-g", "1"], 2, "missing --submission"),
-        (["identity", "--job-id", "j", "-g", "0", "-n", "0", "--attempt", "0", "-a", "0", "-j", "0"], 2, "A (admission) = 0 is below 1"),
-        (["identity", "--job-id", "j", "-g", "0", "-n", "0", "--attempt", "0", "-a", "999999", "-j", "1"], 2, "reached the bound 1000000"),
+        (["identity", "--job-id", "j", "-g", "0", "--submission", "0", "--attempt", "0", "-a", "0", "-j", "0"], 2, "A (admission) = 0 is below 1"),
+        (["identity", "--job-id", "j", "-g", "0", "--submission", "0", "--attempt", "0", "-a", "999999", "-j", "1"], 2, "reached the bound 1000000"),
         (["identity", "--parse", "1", "-g", "1"], 2, "--parse takes no other option"),
         (["render", "trainjob", "/nonexistent.yaml"], 2, "toolkit render trainjob: /nonexistent.yaml: cannot read"),
         (["nope"], 2, "toolkit: No such command 'nope'"),
@@ -90,7 +90,7 @@ def test_errors_are_one_line(args: list[str], code: int, words: str, tmp_path: p
 
 
 def test_identity_both_ways() -> None:
-    r = run("identity", "--job-id", "a.b", "-g", "1", "-n", "2", "--attempt", "0", "-a", "3", "-j", "1")
+    r = run("identity", "--job-id", "a.b", "-g", "1", "--submission", "2", "--attempt", "0", "-a", "3", "-j", "1")
     assert r.exit_code == 0 and r.stdout == "DISPATCH_EPOCH=1000002000004\nDISPATCH_ATTEMPT=a.b.2.0.3.1\n"
     r = run("identity", "--parse", str(2**63 - 1))
     assert r.stdout == "G=9223372\nN=36854\nR=775807\n"
@@ -100,7 +100,7 @@ def test_render_trainjob_to_a_file_atomically(tmp_path: pathlib.Path, monkeypatc
     # click 8.5 deprecates isolated_filesystem: a tmp_path working directory instead.
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
-    r = runner.invoke(cli.root, ["render", "trainjob", EXAMPLE, "-o", "tj.yaml"])
+    r = runner.invoke(cli.root, ["render", "trainjob", EXAMPLE, "--output-file", "tj.yaml"])
     assert r.exit_code == 0 and r.stdout == "" and r.stderr == ""
     (doc,) = yamlio.load_documents("tj.yaml")
     assert doc["kind"] == "TrainJob" and doc["spec"]["suspend"] is True
@@ -128,7 +128,7 @@ def test_render_runtime_then_check_runtime(tmp_path: pathlib.Path, monkeypatch: 
         "rt.yaml: ClusterTrainingRuntime/r: spec.template.spec.replicatedJobs[node].template.spec.template.spec.restartPolicy: must be Never, found absent",
         "rt.yaml: ClusterTrainingRuntime/r: spec.template.spec.replicatedJobs[node].template.spec.backoffLimit: must be 0, found absent",
     ]
-    r = runner.invoke(cli.root, ["render", "runtime", "rt.yaml", "-o", "out.yaml", "--sidecar-image", "s:1"])
+    r = runner.invoke(cli.root, ["render", "runtime", "rt.yaml", "--output-file", "out.yaml", "--sidecar-image", "s:1"])
     assert r.exit_code == 0, r.stderr
     r = runner.invoke(cli.root, ["check-runtime", "out.yaml", "rt.yaml"])
     assert r.exit_code == 1 and r.stdout == "out.yaml: ClusterTrainingRuntime/r: ok\n"
@@ -159,7 +159,7 @@ def test_every_command_has_help_with_an_example(command: list[str]) -> None:
 def test_console_script_end_to_end(tmp_path: pathlib.Path) -> None:
     out = subprocess.run([TOOLKIT, "wrap", "--", "true"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == wrap.argv(["true"])
-    out = subprocess.run([TOOLKIT, "render", "trainjob", EXAMPLE, "-o", str(tmp_path / "tj.yaml")], capture_output=True, text=True)
+    out = subprocess.run([TOOLKIT, "render", "trainjob", EXAMPLE, "--output-file", str(tmp_path / "tj.yaml")], capture_output=True, text=True)
     assert out.returncode == 0 and (tmp_path / "tj.yaml").exists()
     bad = subprocess.run([TOOLKIT, "identity", "--parse", "abc"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stdout == ""
@@ -196,5 +196,5 @@ def test_lazy_mapping_is_one_line_per_command() -> None:
 
 
 def test_identity_cli_matches_the_library() -> None:
-    r = run("identity", "--job-id", "x", "-g", "9223372", "-n", "36854", "--attempt", "1", "-a", "775807", "-j", "0")
+    r = run("identity", "--job-id", "x", "-g", "9223372", "--submission", "36854", "--attempt", "1", "-a", "775807", "-j", "0")
     assert r.stdout.splitlines()[0] == f"DISPATCH_EPOCH={identity.MAX_INT64}"
