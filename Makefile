@@ -6,13 +6,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv images controlplane controllers test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
+.PHONY: deps venv images controlplane controllers objectstores test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
 deps:
 	sh scripts/install-host-packages.sh
 
-$(STAMP): pyproject.toml
+# The checkpoint fence is a distribution of its own (fence/: what training images install);
+# the toolkit's `checkpoint` command imports it, so it is installed first, with both extras.
+$(STAMP): pyproject.toml fence/pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e './fence[s3,gcs]'
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $@
 
@@ -27,10 +30,14 @@ controlplane: deps
 controllers: deps
 	bash devcluster/build-controllers.sh
 
+# The S3 and GCS servers the checkpoint fence is tested against (tests/checkpoint/stores.py).
+objectstores: deps
+	bash scripts/build-object-stores.sh
+
 e2e: venv images controlplane controllers
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e
 
-test: venv images controlplane controllers
+test: venv images controlplane controllers objectstores
 	bash scripts/run-tests.sh
 
 # The fault suite alone (docs/e2e.md, "Faults"); `make test` runs it too.
@@ -46,7 +53,7 @@ faults-soak: venv images controlplane controllers
 test-prologue: venv images
 	bash scripts/run-tests.sh prologue
 
-test-python: venv images controlplane
+test-python: venv images controlplane objectstores
 	bash scripts/run-tests.sh python
 
 # The whole system on the local cluster (devcluster/demo.py); it builds the cluster first (cached),
@@ -66,7 +73,7 @@ cluster-down: venv
 
 # Every bench under bench/, full runs (docs/benchmarks.md); `make test` runs each one's --smoke
 # (tests/bench/test_bench_smoke.py).
-bench: venv images controlplane
+bench: venv images controlplane objectstores
 	$(PY) bench/prologue
 	$(PY) bench/sidecar
 	$(PY) bench/dispatcher --runs 300 --inflight 100

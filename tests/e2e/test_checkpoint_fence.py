@@ -23,7 +23,8 @@ import kubernetes.client
 
 from devcluster import scenario as flow, stack as stack_mod
 from devcluster.scenario import Scenario
-from toolkit import checkpoint, names
+from dispatch_fence import checkpoint
+from toolkit import names
 
 E2E_KUEUE = True  # read by the stack fixture
 

@@ -1,8 +1,7 @@
 """The checkpoint fence: publish a checkpoint directory so that a late save
-from a superseded execution can never overwrite a newer one (DESIGN.md §11,
-docs/checkpoint.md).
+from a superseded execution can never overwrite a newer one (docs/checkpoint.md).
 
-    from toolkit import checkpoint
+    from dispatch_fence import checkpoint
     # ... the framework writes its files into staging/, then the marker last:
     open(os.path.join(staging, checkpoint.MARKER), "w").close()
     checkpoint.publish(staging, "/ckpt")          # epoch and attempt from the environment
@@ -20,14 +19,17 @@ saving again (every rank of one execution has the same epoch), and the
 later save is the newer one; the serial keeps the names apart and orders
 them.
 
-Exit status of `python -m toolkit.checkpoint` and `toolkit checkpoint`:
+Exit status of `python -m dispatch_fence` and `toolkit checkpoint`:
 0 published (the path on stdout), 1 refused (a lower epoch), 2 bad input
 (the epoch, the attempt, the staging directory, a root that cannot be
 written or locked, a LATEST that is not ours). Every error is one line.
 
-Standard library only, imported by nothing else in the toolkit: any training
-image with a Python can copy this one file (tests/checkpoint/test_imports.py
-holds it to that).
+Standard library only: any training image with a Python can import it, or
+copy this file with the package's __init__.py and __main__.py
+(tests/checkpoint/test_imports.py holds it to that). A root that is an
+object-store URL (s3://, gs://) is published by dispatch_fence.objectstore
+under the same rule, names, errors and exit codes; that module and its
+clients are imported only then.
 """
 
 from __future__ import annotations
@@ -430,10 +432,10 @@ def publish(
         os.close(lock)
 
 
-# -- python -m toolkit.checkpoint ------------------------------------------
+# -- python -m dispatch_fence ---------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m toolkit.checkpoint") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m dispatch_fence") -> int:
     """The standard-library CLI (images without click): same commands, exit codes and lines as `toolkit checkpoint`."""
     import argparse
 
