@@ -6,6 +6,8 @@
 #   versitygw-1.0.14 the same gateway before it had them: it ignores both
 #                    headers, the real "store without conditional writes"
 #   fake-gcs-server  the GCS emulator; its JSON API honours ifGenerationMatch
+#   fake-gcs-server-1.17.0  the emulator before it had preconditions: it ignores
+#                    ifGenerationMatch, the GCS "store without conditional writes"
 #
 # Invariants (as devcluster/build-controllers.sh):
 # - Each binary is built inside its release's own module directory (as `go mod
@@ -24,6 +26,7 @@ table='
 versitygw github.com/versity/versitygw@v1.8.0 ./cmd/versitygw
 versitygw-1.0.14 github.com/versity/versitygw@v1.0.14 ./cmd/versitygw
 fake-gcs-server github.com/fsouza/fake-gcs-server@v1.56.1 .
+fake-gcs-server-1.17.0 github.com/fsouza/fake-gcs-server@v1.17.0 .
 '
 
 command -v go >/dev/null || { echo "build-object-stores.sh: go is not installed (make deps)" >&2; exit 1; }

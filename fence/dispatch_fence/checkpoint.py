@@ -39,7 +39,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 MARKER = "COMPLETE"
@@ -187,6 +187,20 @@ def parse_name(root: str, name: str) -> Checkpoint | None:
     return Checkpoint(os.path.join(root, name), name, int(m.group(1)), int(m.group(2)), m.group(3))
 
 
+def check_fence(epoch: int, known: Iterable[Checkpoint], *, root: str) -> None:
+    """The fence, the one comparison both kinds of root make: StaleEpoch when EPOCH is lower
+    than the highest epoch among KNOWN (every checkpoint in the root, and the one LATEST
+    names). Equal epochs pass: the same execution saving again."""
+    fence = max(known, key=lambda c: c.key, default=None)
+    if fence is not None and epoch < fence.epoch:
+        raise StaleEpoch(epoch, fence.epoch, fence.name, root)
+
+
+def is_url(root: str) -> bool:
+    """ROOT names an object-store location (s3://bucket/prefix, gs://bucket/prefix), not a directory."""
+    return "://" in root
+
+
 # -- reading a root -----------------------------------------------------
 
 
@@ -211,6 +225,10 @@ def _read_latest(root: str) -> Checkpoint | None:
 
 def checkpoints(root: str) -> list[Checkpoint]:
     """Every checkpoint directory in ROOT, oldest first (by epoch, then serial). [] when ROOT does not exist."""
+    if is_url(root):
+        from dispatch_fence import objectstore
+
+        return objectstore.checkpoints(root)
     try:
         names = os.listdir(root)
     except FileNotFoundError:
@@ -229,6 +247,10 @@ def latest(root: str | os.PathLike[str]) -> Checkpoint | None:
     one of ours or names a directory that is gone.
     """
     root = os.fspath(root)
+    if is_url(root):
+        from dispatch_fence import objectstore
+
+        return objectstore.latest(root)
     found = _read_latest(root)
     if found is not None and not os.path.isdir(found.path):
         raise CorruptRoot(f"{os.path.join(root, LATEST)} names {found.name}, which is not a directory in {root}")
@@ -238,7 +260,7 @@ def latest(root: str | os.PathLike[str]) -> Checkpoint | None:
 # -- publishing ---------------------------------------------------------
 
 
-def _hook(step: str) -> None:
+def hook(step: str) -> None:
     """Tests only (TEST_HOOK_FD): announce STEP and wait to be let go (or killed)."""
     fd = os.environ.get(TEST_HOOK_FD)
     if not fd:
@@ -330,9 +352,9 @@ def _write_latest(root: str, name: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _hook("written")
+    hook("written")
     os.replace(tmp, os.path.join(root, LATEST))  # the commit point
-    _hook("replaced")
+    hook("replaced")
     _fsync_path(root, directory=True)
 
 
@@ -348,7 +370,7 @@ def _prune(root: str, keep: int, current: Checkpoint) -> list[Checkpoint]:
             trash = os.path.join(root, _TRASH_PREFIX + c.name)
             os.rename(c.path, trash)
             removed.append(c)
-            _hook("pruning")
+            hook("pruning")
             shutil.rmtree(trash, ignore_errors=True)
         if removed:
             _fsync_path(root, directory=True)
@@ -382,22 +404,24 @@ def publish(
     keep = parse_keep(keep)
     if not root:
         raise BadInput("root is empty")
+    if is_url(root):
+        from dispatch_fence import objectstore
+
+        return objectstore.publish(staging, root, epoch=epoch_value, attempt=attempt_value, keep=keep)
     _check_staging(staging, root)
     try:
         _fsync_tree(staging)
     except OSError as exc:
         raise BadInput(f"staging {staging} cannot be synced: {exc.strerror}; nothing published") from None
     _make_root(root)
-    _hook("staged")
+    hook("staged")
     lock = _lock(root)
     try:
-        _hook("locked")
+        hook("locked")
         current = _read_latest(root)
         known = checkpoints(root) + ([current] if current else [])
-        fence = max(known, key=lambda c: c.key, default=None)
-        if fence is not None and epoch_value < fence.epoch:
-            raise StaleEpoch(epoch_value, fence.epoch, fence.name, root)
-        _hook("fenced")
+        check_fence(epoch_value, known, root=root)
+        hook("fenced")
         serial = 1 + max((c.serial for c in known), default=0)
         name = name_of(epoch_value, serial, attempt_value)
         new = Checkpoint(os.path.join(root, name), name, epoch_value, serial, attempt_value)
@@ -418,7 +442,7 @@ def publish(
             parent = os.path.dirname(os.path.abspath(staging))
             if not os.path.samefile(parent, root):
                 _fsync_path(parent, directory=True)  # the staging dir's entry is gone for good too
-            _hook("moved")
+            hook("moved")
             _write_latest(root, new.name)
         except OSError as exc:
             if os.path.exists(os.path.join(root, LATEST)) and _read_latest(root) == new:
@@ -426,7 +450,7 @@ def publish(
             raise UnwritableRoot(f"root {root}: {exc.strerror} ({exc.filename or root}); {where}") from None
         if keep is not None:
             _prune(root, keep, new)
-        _hook("done")
+        hook("done")
         return new
     finally:
         os.close(lock)
