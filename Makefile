@@ -30,9 +30,9 @@ controlplane: deps
 controllers: deps
 	bash devcluster/build-controllers.sh
 
-# The S3 and GCS servers the checkpoint fence is tested against (tests/checkpoint/stores.py).
+# The S3 and GCS servers the checkpoint fence is tested and benched against (devcluster/objectstores.py).
 objectstores: deps
-	bash scripts/build-object-stores.sh
+	bash devcluster/build-object-stores.sh
 
 e2e: venv images controlplane controllers
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e
@@ -80,6 +80,7 @@ bench: venv images controlplane objectstores
 	$(PY) bench/controller
 	$(PY) bench/admission
 	$(PY) bench/checkpoint
+	$(PY) bench/checkpoint-s3
 	bash bench/wrap
 
 clean:

@@ -223,8 +223,9 @@ def _read_latest(root: str) -> Checkpoint | None:
     return found
 
 
-def checkpoints(root: str) -> list[Checkpoint]:
+def checkpoints(root: str | os.PathLike[str]) -> list[Checkpoint]:
     """Every checkpoint directory in ROOT, oldest first (by epoch, then serial). [] when ROOT does not exist."""
+    root = os.fspath(root)
     if is_url(root):
         from dispatch_fence import objectstore
 

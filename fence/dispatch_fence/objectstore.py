@@ -274,6 +274,9 @@ def _commit(store: Store, new: checkpoint.Checkpoint, listing: Listing) -> None:
             except checkpoint.StaleEpoch:
                 _remove(store, new.name)
                 raise
+            if not store.exists(f"{new.name}/{checkpoint.MARKER}"):  # another save of this execution pruned it
+                raise checkpoint.UnwritableRoot(f"{new.path} was removed by the retention of another save of the "
+                                                "same execution before it was named; LATEST not advanced")
     raise checkpoint.UnwritableRoot(f"{store.url}: LATEST changed {MAX_COMMITS} times while this publish tried to "
                                     f"replace it; the checkpoint is in {new.path}, LATEST not advanced")
 

@@ -1,4 +1,4 @@
-"""The fence on object stores, against real servers (tests/checkpoint/stores.py):
+"""The fence on object stores, against real servers (devcluster/objectstores.py):
 versitygw for S3 (If-None-Match: *, If-Match) and fake-gcs-server for GCS
 (ifGenerationMatch), each test once on each. Every publish is a real process,
 `python -m dispatch_fence publish ... s3://|gs://...`, configured by its
@@ -29,16 +29,17 @@ import threading
 import pytest
 
 from dispatch_fence import checkpoint, objectstore
+from devcluster import objectstores
 from tests.checkpoint import kit, stores
 
 
 def run(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
-    out = subprocess.run([sys.executable, "-m", "dispatch_fence", *args], env={**stores.clean_env(), **env},
+    out = subprocess.run([sys.executable, "-m", "dispatch_fence", *args], env={**objectstores.clean_env(), **env},
                          capture_output=True, text=True, timeout=120, cwd=kit.REPO, check=False)
     return out.returncode, out.stdout, out.stderr
 
 
-def publish(server: stores.Server, staging: pathlib.Path, root: str, epoch: int, attempt: str,
+def publish(server: objectstores.Server, staging: pathlib.Path, root: str, epoch: int, attempt: str,
             *extra: str) -> tuple[int, str, str]:
     return run("publish", str(staging), root, "--epoch", str(epoch), "--attempt", attempt, *extra, env=server.env)
 
@@ -52,7 +53,7 @@ def whole(tree: dict[str, bytes], name: str, token: str) -> bool:
     return {k[len(name) + 1:]: v for k, v in tree.items() if k.startswith(name + "/")} == files_of(token)
 
 
-def test_publish_uploads_every_file_and_latest_names_it(server: stores.Server, tmp_path: pathlib.Path) -> None:
+def test_publish_uploads_every_file_and_latest_names_it(server: objectstores.Server, tmp_path: pathlib.Path) -> None:
     root = server.root()
     staging = kit.staging(tmp_path, "a")
     before = kit.tree(staging)
@@ -70,11 +71,11 @@ def test_publish_uploads_every_file_and_latest_names_it(server: stores.Server, t
     assert [c.name for c in checkpoint.checkpoints(root)] == [first, second]
 
 
-def test_latest_before_the_first_publish_prints_nothing(server: stores.Server) -> None:
+def test_latest_before_the_first_publish_prints_nothing(server: objectstores.Server) -> None:
     assert run("latest", server.root(), env=server.env) == (0, "", "")
 
 
-def test_a_late_save_is_refused_and_changes_nothing(server: stores.Server, tmp_path: pathlib.Path) -> None:
+def test_a_late_save_is_refused_and_changes_nothing(server: objectstores.Server, tmp_path: pathlib.Path) -> None:
     root = server.root()
     assert publish(server, kit.staging(tmp_path, "new"), root, 7, "j.1.0.2.0")[0] == 0
     before = stores.tree(server, root)
@@ -86,7 +87,7 @@ def test_a_late_save_is_refused_and_changes_nothing(server: stores.Server, tmp_p
     assert stores.tree(server, root) == before
 
 
-def test_twelve_publishers_race_and_the_highest_epoch_wins(server: stores.Server, tmp_path: pathlib.Path) -> None:
+def test_twelve_publishers_race_and_the_highest_epoch_wins(server: objectstores.Server, tmp_path: pathlib.Path) -> None:
     root = server.root()
     epochs = list(range(1, 13))
     random.Random(12).shuffle(epochs)
@@ -120,7 +121,7 @@ def test_twelve_publishers_race_and_the_highest_epoch_wins(server: stores.Server
 
 @pytest.mark.parametrize("step", objectstore.STEPS)
 def test_a_publisher_killed_at_any_step_leaves_the_old_or_the_new_latest(
-        server: stores.Server, tmp_path: pathlib.Path, step: str) -> None:
+        server: objectstores.Server, tmp_path: pathlib.Path, step: str) -> None:
     root = server.root()
     for token in ("old1", "old2"):
         assert publish(server, kit.staging(tmp_path, token), root, 3, "j.1.0.1.0")[0] == 0
@@ -145,7 +146,7 @@ def test_a_publisher_killed_at_any_step_leaves_the_old_or_the_new_latest(
     assert out == f"{found.path}\n" and whole(stores.tree(server, root), found.name, "next")
 
 
-def test_retention_never_removes_what_latest_names(server: stores.Server, tmp_path: pathlib.Path) -> None:
+def test_retention_never_removes_what_latest_names(server: objectstores.Server, tmp_path: pathlib.Path) -> None:
     root = server.root()
     assert publish(server, kit.staging(tmp_path, "first"), root, 9, "j.1.0.1.0")[0] == 0
     # A uploads (serial 2) and stops before its commit; B of the same execution publishes serial 3.
@@ -159,7 +160,7 @@ def test_retention_never_removes_what_latest_names(server: stores.Server, tmp_pa
     assert [c.serial for c in checkpoint.checkpoints(root)] == [2, 3]
 
 
-def test_retention_leaves_a_checkpoint_about_to_be_named(server: stores.Server, tmp_path: pathlib.Path) -> None:
+def test_retention_leaves_a_checkpoint_about_to_be_named(server: objectstores.Server, tmp_path: pathlib.Path) -> None:
     root = server.root()
     assert publish(server, kit.staging(tmp_path, "first"), root, 9, "j.1.0.1.0")[0] == 0
     # A commits (serial 2) and stops before it prunes; B uploads serial 3 and stops before its commit.
@@ -174,7 +175,7 @@ def test_retention_leaves_a_checkpoint_about_to_be_named(server: stores.Server, 
     assert [c.serial for c in checkpoint.checkpoints(root)] == [2, 3]
 
 
-def test_a_store_without_conditional_writes_is_refused(server_without_conditional_writes: stores.Server,
+def test_a_store_without_conditional_writes_is_refused(server_without_conditional_writes: objectstores.Server,
                                                        tmp_path: pathlib.Path) -> None:
     server = server_without_conditional_writes
     root = server.root()
