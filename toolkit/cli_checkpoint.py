@@ -51,6 +51,8 @@ def publish_cmd(staging: str, root: str, keep: int | None, epoch: str | None, at
     ROOT's filesystem: it is renamed into ROOT as
     ckpt-<epoch>-<serial>-<attempt>, and ROOT/LATEST then names it. An epoch
     lower than one already in ROOT is refused (exit 1) and touches nothing.
+    ROOT may be s3://BUCKET/PREFIX or gs://BUCKET/PREFIX: STAGING is then
+    uploaded (any filesystem) and LATEST replaced by compare-and-set.
 
     \b
     Example:

@@ -390,6 +390,9 @@ def publish(
 ) -> Checkpoint:
     """Publish the complete checkpoint in STAGING_DIR into ROOT, fenced by EPOCH.
 
+    ROOT is a directory, or an object-store URL (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX): there
+    STAGING_DIR is uploaded, not moved (dispatch_fence.objectstore), under the same rule.
+
     EPOCH and ATTEMPT default to $DISPATCH_EPOCH and $DISPATCH_ATTEMPT (set by
     the dispatch prologue). STAGING_DIR must hold MARKER and be on ROOT's
     filesystem; it is renamed, not copied, and is gone afterwards. KEEP: keep
@@ -471,7 +474,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m dispatch_fenc
 
     parser = Parser(prog=prog, description="Publish checkpoints fenced by DISPATCH_EPOCH; read the latest.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    p = sub.add_parser("publish", help="publish STAGING into ROOT")
+    p = sub.add_parser("publish", help="publish STAGING into ROOT (a directory, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX)")
     p.add_argument("staging")
     p.add_argument("root")
     p.add_argument("--keep", type=int, default=None, metavar="K", help="keep the newest K checkpoints")

@@ -203,10 +203,10 @@ def latest(root: str) -> checkpoint.Checkpoint | None:
 def _files(staging: str) -> list[tuple[str, str]]:
     """(key under the checkpoint, local path) of every file in STAGING, the marker last."""
     try:
-        st = os.lstat(staging)
+        os.lstat(staging)
     except OSError as exc:
         raise checkpoint.BadInput(f"staging {staging}: {exc.strerror}") from None
-    if not os.path.isdir(staging) or os.path.islink(staging) or not st:
+    if not os.path.isdir(staging) or os.path.islink(staging):
         raise checkpoint.BadInput(f"staging {staging} is not a directory")
     marker = os.path.join(staging, checkpoint.MARKER)
     if not os.path.isfile(marker) or os.path.islink(marker):
