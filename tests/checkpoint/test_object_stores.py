@@ -205,3 +205,19 @@ def test_an_incomplete_staging_directory_is_refused_before_any_request(tmp_path:
     assert (code, out) == (2, "")
     assert err == (f"python -m dispatch_fence publish: staging {staging} is not complete: the marker COMPLETE "
                    "(written last) is missing; nothing published\n")
+
+
+def test_toolkit_checkpoint_takes_a_store_root_too(server: objectstores.Server, tmp_path: pathlib.Path) -> None:
+    root = server.root()
+    toolkit = str(kit.REPO / ".venv" / "bin" / "toolkit")
+    full = {**objectstores.clean_env(), **server.env}
+    new = subprocess.run([toolkit, "checkpoint", "publish", str(kit.staging(tmp_path, "new")), root, "--epoch", "8",
+                          "--attempt", "j.1.0.2.0"], env=full, capture_output=True, text=True, timeout=120, check=False)
+    assert (new.returncode, new.stderr) == (0, "") and new.stdout == f"{root}/{checkpoint.name_of(8, 1, 'j.1.0.2.0')}\n"
+    old = subprocess.run([toolkit, "checkpoint", "publish", str(kit.staging(tmp_path, "old")), root, "--epoch", "7",
+                          "--attempt", "j.1.0.1.0"], env=full, capture_output=True, text=True, timeout=120, check=False)
+    assert (old.returncode, old.stdout) == (1, "")
+    assert old.stderr.startswith("toolkit checkpoint publish: epoch 7 is lower than epoch 8 ") and old.stderr.count("\n") == 1
+    latest = subprocess.run([toolkit, "checkpoint", "latest", root], env=full, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert (latest.returncode, latest.stdout, latest.stderr) == (0, new.stdout, "")

@@ -2,7 +2,7 @@
 late checkpoint save from a superseded execution never overwrites a newer one.
 
 One TrainJob in Kueue mode runs the sample trainer (the python flavour, which publishes through
-toolkit/checkpoint.py) with a hostPath volume every execution shares, as ranks share a
+dispatch_fence) with a hostPath volume every execution shares, as ranks share a
 filesystem, and a long termination grace period. Its first execution stages a checkpoint and is
 slow to publish it; it ignores SIGTERM, as a trainer busy writing a checkpoint may. A
 higher-priority TrainJob preempts it: Kueue suspends it and the kubelet sends the first
