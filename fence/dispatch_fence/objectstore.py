@@ -226,32 +226,33 @@ def _files(staging: str) -> list[tuple[str, str]]:
     return out + [(checkpoint.MARKER, marker)]
 
 
-def _upload(store: Store, files: list[tuple[str, str]], *, epoch: int, attempt: str,
-            listing: Listing) -> tuple[checkpoint.Checkpoint, Listing]:
-    """Step 5: claim a name with the first object, upload the rest, the marker last."""
+def _claim(store: Store, first: tuple[str, str], *, epoch: int, attempt: str,
+           listing: Listing) -> tuple[checkpoint.Checkpoint, Listing]:
+    """Step 5's start: take a name by creating its first object."""
     for _ in range(MAX_CLAIMS):
-        known = _known(store, listing)
-        serial = 1 + max((c.serial for c in known), default=0)
+        serial = 1 + max((c.serial for c in _known(store, listing)), default=0)
         name = checkpoint.name_of(epoch, serial, attempt)
-        first, *rest = files
         try:
             store.create(f"{name}/{first[0]}", first[1])
         except Exists:
             listing = store.list_root()  # another saver of this execution took the serial
             checkpoint.check_fence(epoch, _known(store, listing), root=store.url)
             continue
-        checkpoint.hook("uploading")
-        for rel, path in rest:
-            try:
-                store.create(f"{name}/{rel}", path)
-            except Exists:
-                raise checkpoint.CorruptRoot(f"{store.url}/{name}/{rel} exists already: not placed by this fence; "
-                                             f"the checkpoint in {store.url}/{name} is incomplete, LATEST not advanced") from None
         found = checkpoint.parse_name(store.url, name)
         assert found is not None
         return found, listing
     raise checkpoint.UnwritableRoot(f"{store.url}: {MAX_CLAIMS} names were taken while this publish claimed one; "
                                     "nothing published")
+
+
+def _add(store: Store, name: str, files: list[tuple[str, str]]) -> None:
+    """Upload FILES under NAME, create-only."""
+    for rel, path in files:
+        try:
+            store.create(f"{name}/{rel}", path)
+        except Exists:
+            raise checkpoint.CorruptRoot(f"{store.url}/{name}/{rel} exists already: not placed by this fence; "
+                                         f"the checkpoint in {store.url}/{name} is incomplete, LATEST not advanced") from None
 
 
 def _remove(store: Store, name: str) -> None:
@@ -297,22 +298,63 @@ def _prune(store: Store, keep: int, new: checkpoint.Checkpoint) -> None:
         pass
 
 
-def publish(staging: str, root: str, *, epoch: int, attempt: str, keep: int | None) -> checkpoint.Checkpoint:
-    """checkpoint.publish for a URL root (validated by it): upload STAGING under a new name, then
-    advance LATEST by compare-and-set. STAGING is left as it was. See the module's docstring."""
-    files = _files(staging)
+@dataclass(frozen=True)
+class Pending:
+    """A publish between its claim (`begin`) and its commit (`finish`): for a checkpoint whose files
+    are uploaded by several processes (dispatch_fence.dcp: every rank its own shards)."""
+
+    root: str
+    checkpoint: checkpoint.Checkpoint
+    listing: Listing
+
+
+def begin(root: str, first: tuple[str, str], *, epoch: int, attempt: str) -> Pending:
+    """Steps 2 to 5's start: probe, list, fence (StaleEpoch), claim a name by uploading FIRST
+    (key under the checkpoint, local path)."""
     store = open_root(root)
     probe(store)
     checkpoint.hook("staged")
     listing = store.list_root()
     checkpoint.check_fence(epoch, _known(store, listing), root=store.url)
     checkpoint.hook("fenced")
-    new, listing = _upload(store, files, epoch=epoch, attempt=attempt, listing=listing)
+    new, listing = _claim(store, first, epoch=epoch, attempt=attempt, listing=listing)
+    checkpoint.hook("uploading")
+    return Pending(root, new, listing)
+
+
+def add(root: str, name: str, files: list[tuple[str, str]]) -> None:
+    """Step 5: upload FILES (key under the checkpoint, local path) into the claimed checkpoint NAME,
+    create-only; from any process."""
+    _add(open_root(root), name, files)
+
+
+def finish(pending: Pending, marker: str | None, *, keep: int | None) -> checkpoint.Checkpoint:
+    """Step 5's end to 7: the marker last (None: it was the claim), the compare-and-set of LATEST
+    (StaleEpoch when a newer execution committed meanwhile: what was uploaded is deleted), retention."""
+    store, new = open_root(pending.root), pending.checkpoint
+    if marker is not None:
+        _add(store, new.name, [(checkpoint.MARKER, marker)])
     checkpoint.hook("uploaded")
-    _commit(store, new, listing)
+    _commit(store, new, pending.listing)
     checkpoint.hook("replaced")
     if keep is not None:
         _prune(store, keep, new)
     checkpoint.hook("done")
     return new
 
+
+def abandon(pending: Pending) -> None:
+    """Delete what a publish that will not commit uploaded (best effort)."""
+    try:
+        _remove(open_root(pending.root), pending.checkpoint.name)
+    except checkpoint.CheckpointError:
+        pass
+
+
+def publish(staging: str, root: str, *, epoch: int, attempt: str, keep: int | None) -> checkpoint.Checkpoint:
+    """checkpoint.publish for a URL root (validated by it): upload STAGING under a new name, then
+    advance LATEST by compare-and-set. STAGING is left as it was. See the module's docstring."""
+    files = _files(staging)
+    pending = begin(root, files[0], epoch=epoch, attempt=attempt)
+    add(root, pending.checkpoint.name, files[1:-1])
+    return finish(pending, files[-1][1] if len(files) > 1 else None, keep=keep)

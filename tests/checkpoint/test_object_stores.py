@@ -221,3 +221,13 @@ def test_toolkit_checkpoint_takes_a_store_root_too(server: objectstores.Server, 
     latest = subprocess.run([toolkit, "checkpoint", "latest", root], env=full, capture_output=True, text=True,
                             timeout=120, check=False)
     assert (latest.returncode, latest.stdout, latest.stderr) == (0, new.stdout, "")
+
+
+def test_a_checkpoint_of_the_marker_alone_publishes(server: objectstores.Server, tmp_path: pathlib.Path) -> None:
+    root = server.root()
+    staging = tmp_path / "empty"
+    staging.mkdir()
+    (staging / checkpoint.MARKER).write_text("")
+    name = checkpoint.name_of(5, 1, "j.1.0.1.0")
+    assert publish(server, staging, root, 5, "j.1.0.1.0") == (0, f"{root}/{name}\n", "")
+    assert stores.tree(server, root) == {"LATEST": f"{name}\n".encode(), f"{name}/COMPLETE": b""}
