@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv images controlplane controllers objectstores test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
+.PHONY: deps venv images controlplane controllers objectstores torch-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
 deps:
 	sh scripts/install-host-packages.sh
@@ -34,10 +34,15 @@ controllers: deps
 objectstores: deps
 	bash devcluster/build-object-stores.sh
 
+# torch (the CUDA build the registry serves, run on CPU) for the fence's PyTorch DCP suite, in a
+# virtualenv of its own in the user cache: 2.8 GB to download once (devcluster/build-torch-venv.sh).
+torch-venv: deps
+	bash devcluster/build-torch-venv.sh
+
 e2e: venv images controlplane controllers
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e
 
-test: venv images controlplane controllers objectstores
+test: venv images controlplane controllers objectstores torch-venv
 	bash scripts/run-tests.sh
 
 # The fault suite alone (docs/e2e.md, "Faults"); `make test` runs it too.
@@ -53,7 +58,7 @@ faults-soak: venv images controlplane controllers
 test-prologue: venv images
 	bash scripts/run-tests.sh prologue
 
-test-python: venv images controlplane objectstores
+test-python: venv images controlplane objectstores torch-venv
 	bash scripts/run-tests.sh python
 
 # The whole system on the local cluster (devcluster/demo.py); it builds the cluster first (cached),

@@ -95,6 +95,10 @@ class StaleEpoch(CheckpointError):
             "a superseded execution's save, refused; nothing published"
         )
 
+    def __reduce__(self) -> tuple[type[StaleEpoch], tuple[int, int, str, str]]:
+        # Picklable, so that one process can raise what another was refused (dispatch_fence.dcp).
+        return (StaleEpoch, (self.epoch, self.fence, self.fence_name, self.root))
+
 
 @dataclass(frozen=True, order=False)
 class Checkpoint:

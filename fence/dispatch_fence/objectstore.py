@@ -351,6 +351,21 @@ def abandon(pending: Pending) -> None:
         pass
 
 
+def download(found: checkpoint.Checkpoint, dest: str) -> None:
+    """Copy the checkpoint FOUND (from latest() or checkpoints() of a URL root) into the local
+    directory DEST, each object into a file of the same relative path (read whole, in memory)."""
+    root = found.path[:-len(found.name) - 1]
+    store = open_root(root)
+    for key in store.list_keys(found.name):
+        data = store.read(key)
+        if data is None:
+            raise checkpoint.CorruptRoot(f"{store.url}/{key} went away while {found.name} was read")
+        path = os.path.join(dest, *key[len(found.name) + 1:].split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+
 def publish(staging: str, root: str, *, epoch: int, attempt: str, keep: int | None) -> checkpoint.Checkpoint:
     """checkpoint.publish for a URL root (validated by it): upload STAGING under a new name, then
     advance LATEST by compare-and-set. STAGING is left as it was. See the module's docstring."""
