@@ -12,8 +12,8 @@ import sys
 import pytest
 from click.testing import CliRunner, Result
 
-from tests.checkpoint import kit
 from dispatch_fence import checkpoint
+from tests.checkpoint import kit
 from toolkit import cli
 
 TOOLKIT = str(kit.REPO / ".venv" / "bin" / "toolkit")

@@ -26,8 +26,8 @@ import docker.models.containers
 import pytest
 
 from tests import containers
-from tests.checkpoint import kit
 from dispatch_fence import checkpoint
+from tests.checkpoint import kit
 from toolkit import wrap
 
 pytestmark = pytest.mark.images

@@ -28,8 +28,8 @@ import threading
 
 import pytest
 
-from dispatch_fence import checkpoint, objectstore
 from devcluster import objectstores
+from dispatch_fence import checkpoint, objectstore
 from tests.checkpoint import kit, stores
 
 

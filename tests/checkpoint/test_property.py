@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.checkpoint import kit
 from dispatch_fence import checkpoint
+from tests.checkpoint import kit
 
 WAIT = 20.0  # seconds for any one event; a hang fails the example instead of the suite's timeout
 COMMITTED = {"replaced", "pruning", "done"}  # steps announced after LATEST was replaced

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from tests.checkpoint import kit
 from dispatch_fence import checkpoint
+from tests.checkpoint import kit
 
 
 def test_a_first_publish_moves_the_staging_dir_in_and_latest_names_it(tmp_path: pathlib.Path,

@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from tests.checkpoint import kit
 from dispatch_fence import checkpoint
+from tests.checkpoint import kit
 
 A1 = "job.1.0.1.0"
 
