@@ -34,8 +34,9 @@ controllers: deps
 objectstores: deps
 	bash devcluster/build-object-stores.sh
 
-# torch (the CUDA build the registry serves, run on CPU) for the fence's PyTorch DCP suite, in a
-# virtualenv of its own in the user cache: 2.8 GB to download once (devcluster/build-torch-venv.sh).
+# torch (the CUDA build the registry serves, run on CPU) and Lightning for the fence's PyTorch DCP
+# and Lightning suites, in a virtualenv of its own in the user cache: 2.8 GB to download once
+# (devcluster/build-torch-venv.sh).
 torch-venv: deps
 	bash devcluster/build-torch-venv.sh
 

@@ -1,6 +1,6 @@
 """fence/ is a distribution of its own, for training images: built from the repo
 into a wheel (offline, with the venv's setuptools), it holds the dispatch_fence
-package only, declares the Python it is tested on and its three extras, and,
+package only, declares the Python it is tested on and its extras, and,
 installed alone into an empty directory, publishes and reads a POSIX root under
 `python -I -S` (no site-packages, no toolkit, no click)."""
 
@@ -30,12 +30,13 @@ def test_the_wheel_installs_alone_and_publishes(tmp_path: pathlib.Path) -> None:
         names = z.namelist()
         meta = email.parser.Parser().parsestr(z.read("dispatch_fence-0.1.0.dist-info/METADATA").decode())
     assert sorted(n for n in names if ".dist-info/" not in n) == [
-        f"dispatch_fence/{m}.py" for m in ("__init__", "__main__", "checkpoint", "dcp", "gcs", "objectstore", "s3")]
+        f"dispatch_fence/{m}.py" for m in ("__init__", "__main__", "checkpoint", "dcp", "gcs", "lightning", "objectstore", "s3")]
     assert meta["Requires-Python"] == ">=3.11"
-    assert sorted(meta.get_all("Provides-Extra")) == ["dcp", "gcs", "s3"]
+    assert sorted(meta.get_all("Provides-Extra")) == ["dcp", "gcs", "lightning", "s3"]
     assert sorted(meta.get_all("Requires-Dist")) == ['google-cloud-storage==3.17.1; extra == "gcs"',
+                                                     'lightning==2.6.6; extra == "lightning"',
                                                      'numpy==2.4.6; extra == "dcp"', 'obstore==0.12.1; extra == "s3"',
-                                                     'torch==2.15.0; extra == "dcp"']
+                                                     'torch==2.15.0; extra == "dcp"', 'torch==2.15.0; extra == "lightning"']
 
     site = tmp_path / "site"
     installed = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
