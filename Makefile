@@ -6,13 +6,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv release release-registry images controlplane controllers test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
+.PHONY: deps venv release release-registry images controlplane controllers objectstores torch-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
 deps:
 	sh scripts/install-host-packages.sh
 
-$(STAMP): pyproject.toml constraints.txt
+# The checkpoint fence is a distribution of its own (fence/: what training images install);
+# the toolkit's `checkpoint` command imports it, so it is installed first, with both extras.
+$(STAMP): pyproject.toml fence/pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -c constraints.txt -e './fence[s3,gcs]'
 	$(VENV)/bin/pip install -q -c constraints.txt -e '.[test]'
 	touch $@
 
@@ -39,10 +42,20 @@ controlplane: deps
 controllers: deps
 	bash devcluster/build-controllers.sh
 
+# The S3 and GCS servers the checkpoint fence is tested and benched against (devcluster/objectstores.py).
+objectstores: deps
+	bash devcluster/build-object-stores.sh
+
+# torch (the CUDA build the registry serves, run on CPU) and Lightning for the fence's PyTorch DCP
+# and Lightning suites, in a virtualenv of its own in the user cache: 2.8 GB to download once
+# (devcluster/build-torch-venv.sh).
+torch-venv: deps
+	bash devcluster/build-torch-venv.sh
+
 e2e: venv images controlplane controllers
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e
 
-test: venv images controlplane controllers
+test: venv images controlplane controllers objectstores torch-venv
 	bash scripts/run-tests.sh
 
 # The fault suite alone (docs/e2e.md, "Faults"); `make test` runs it too.
@@ -58,7 +71,7 @@ faults-soak: venv images controlplane controllers
 test-prologue: venv images
 	bash scripts/run-tests.sh prologue
 
-test-python: venv images controlplane
+test-python: venv images controlplane objectstores torch-venv
 	bash scripts/run-tests.sh python
 
 # The whole system on the local cluster (devcluster/demo.py); it builds the cluster first (cached),
@@ -78,13 +91,14 @@ cluster-down: venv
 
 # Every bench under bench/, full runs (docs/benchmarks.md); `make test` runs each one's --smoke
 # (tests/bench/test_bench_smoke.py).
-bench: venv images controlplane
+bench: venv images controlplane objectstores
 	$(PY) bench/prologue
 	$(PY) bench/sidecar
 	$(PY) bench/dispatcher --runs 300 --inflight 100
 	$(PY) bench/controller
 	$(PY) bench/admission
 	$(PY) bench/checkpoint
+	$(PY) bench/checkpoint-s3
 	bash bench/wrap
 
 clean:

@@ -11,7 +11,7 @@
 #   python   Debian's python3.11 on the debian minbase (images/base/python), the
 #            base of the sidecar, dispatcher and controller images
 # then images/sample-trainer.Containerfile on each of the four with /bin/sh
-# (on python, its `train --checkpoint` publishes through toolkit/checkpoint.py).
+# (on python, its `train --checkpoint` publishes through fence/dispatch_fence).
 #
 # Idempotent: each image carries the label dispatch.inputs, a hash of what it
 # is made of (its input files and the text of the function that builds it);
@@ -220,7 +220,8 @@ build_trainer() {
 }
 for base in busybox:1.35-static alpine:busybox-1.35-ash-musl-static debian:bookworm-minbase python:3.11-bookworm; do
   ensure "localhost/dispatch/sample-trainer:${base%%:*}" build_trainer \
-    images/sample-trainer.Containerfile images/sample-trainer/train toolkit/__init__.py toolkit/checkpoint.py \
+    images/sample-trainer.Containerfile images/sample-trainer/train \
+    fence/dispatch_fence/__init__.py fence/dispatch_fence/__main__.py fence/dispatch_fence/checkpoint.py \
     <(podman image inspect --format '{{.Id}}' "localhost/dispatch-base/$base")
 done
 

@@ -1,17 +1,18 @@
 """`toolkit checkpoint publish|latest`: the checkpoint fence for shell-based
-trainers (toolkit/checkpoint.py, docs/checkpoint.md).
+trainers (dispatch_fence.checkpoint, docs/checkpoint.md).
 
 Exit 0 published (or read), 1 refused (a lower epoch: StaleEpoch), 2 bad
 input (the epoch, the attempt, the staging directory, the root); one line on
 stderr, never a traceback. Loaded lazily by `toolkit.cli`; imports click and
-the standard-library module only.
+the fence module only.
 """
 
 from __future__ import annotations
 
 import click
 
-from toolkit import checkpoint, cli
+from dispatch_fence import checkpoint
+from toolkit import cli
 
 _SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -50,6 +51,8 @@ def publish_cmd(staging: str, root: str, keep: int | None, epoch: str | None, at
     ROOT's filesystem: it is renamed into ROOT as
     ckpt-<epoch>-<serial>-<attempt>, and ROOT/LATEST then names it. An epoch
     lower than one already in ROOT is refused (exit 1) and touches nothing.
+    ROOT may be s3://BUCKET/PREFIX or gs://BUCKET/PREFIX: STAGING is then
+    uploaded (any filesystem) and LATEST replaced by compare-and-set.
 
     \b
     Example:

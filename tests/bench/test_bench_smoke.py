@@ -20,6 +20,7 @@ BENCH = REPO / "bench"
 # name: (the interpreter it runs under, the marks of what it needs, seconds it may take)
 SMOKE = {
     "checkpoint": ([sys.executable], [], 120),
+    "checkpoint-s3": ([sys.executable], [], 300),
     "prologue": ([sys.executable], [], 300),
     "wrap": (["bash"], [], 120),
     "controller": ([sys.executable], [pytest.mark.cluster], 600),

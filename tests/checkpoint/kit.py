@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 
-from toolkit import checkpoint
+from dispatch_fence import checkpoint
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

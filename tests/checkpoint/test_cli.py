@@ -1,5 +1,5 @@
 """`toolkit checkpoint publish|latest` (CliRunner: exit code, stdout and
-stderr apart) and its standard-library twin `python -m toolkit.checkpoint`
+stderr apart) and its standard-library twin `python -m dispatch_fence`
 (a real process): 0 published, 1 refused, 2 bad input; one line on stderr,
 never a traceback."""
 
@@ -12,8 +12,9 @@ import sys
 import pytest
 from click.testing import CliRunner, Result
 
+from dispatch_fence import checkpoint
 from tests.checkpoint import kit
-from toolkit import checkpoint, cli
+from toolkit import cli
 
 TOOLKIT = str(kit.REPO / ".venv" / "bin" / "toolkit")
 NO_ENV = {"DISPATCH_EPOCH": None, "DISPATCH_ATTEMPT": None}
@@ -130,10 +131,10 @@ def proc(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
                           env={"PATH": "/usr/bin:/bin", **env})
 
 
-@pytest.mark.parametrize("argv0", [[TOOLKIT, "checkpoint"], [sys.executable, "-m", "toolkit.checkpoint"]],
+@pytest.mark.parametrize("argv0", [[TOOLKIT, "checkpoint"], [sys.executable, "-m", "dispatch_fence"]],
                          ids=["toolkit", "python-m"])
 def test_both_commands_as_processes_agree(tmp_path: pathlib.Path, argv0: list[str]) -> None:
-    prog = "toolkit checkpoint" if argv0[0] == TOOLKIT else "python -m toolkit.checkpoint"
+    prog = "toolkit checkpoint" if argv0[0] == TOOLKIT else "python -m dispatch_fence"
     root = str(tmp_path / "root")
     ok = proc(*argv0, "publish", str(kit.staging(tmp_path, "new")), root, env=kit.env(7, "j.1.0.2.0"))
     assert (ok.returncode, ok.stderr) == (0, "") and ok.stdout == f"{root}/ckpt-0000000000000000007-000001-j.1.0.2.0\n"

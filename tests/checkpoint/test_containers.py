@@ -6,7 +6,7 @@ first and publishes late, after its replacement has published: it is refused
 (exit 1, one line), and the replacement's checkpoint stands.
 
 The image is localhost/dispatch/sample-trainer:python (scripts/build-images.sh:
-the sample trainer on the local Python base, with toolkit/checkpoint.py), run
+the sample trainer on the local Python base, with dispatch_fence), run
 through the Docker Engine API (the docker SDK against podman's service, as
 tests/images/ do). A missing or stale image fails, never skips.
 """
@@ -26,14 +26,15 @@ import docker.models.containers
 import pytest
 
 from tests import containers
+from dispatch_fence import checkpoint
 from tests.checkpoint import kit
-from toolkit import checkpoint, wrap
+from toolkit import wrap
 
 pytestmark = pytest.mark.images
 
 IMAGE = "localhost/dispatch/sample-trainer:python"
 TRAINER_USER = (65532, 65532)  # the image's USER (images/sample-trainer.Containerfile)
-MODULE = "/usr/local/lib/dispatch/toolkit/checkpoint.py"
+MODULE = "/usr/local/lib/dispatch/dispatch_fence/checkpoint.py"
 PREFIX = {"DISPATCH_K8S_EPOCH_PREFIX": "2000007", "DISPATCH_K8S_TOKEN_PREFIX": "llama-ft.7.0"}
 OLD = {**PREFIX, "DISPATCH_K8S_ADMISSION": "1", "DISPATCH_K8S_RESTART": "0"}  # epoch 2000007000001
 NEW = {**PREFIX, "DISPATCH_K8S_ADMISSION": "2", "DISPATCH_K8S_RESTART": "0"}  # epoch 2000007000002
@@ -47,8 +48,8 @@ def client() -> Iterator[docker.DockerClient]:
         except docker.errors.ImageNotFound:
             pytest.fail(f"{IMAGE} is missing: run scripts/build-images.sh (make images)")
         shipped = containers.run_to_end(c, IMAGE, ["sha256sum", MODULE], network_mode="none").stdout.decode().split()[0]
-        if shipped != hashlib.sha256((kit.REPO / "toolkit" / "checkpoint.py").read_bytes()).hexdigest():
-            pytest.fail(f"{IMAGE} carries an older toolkit/checkpoint.py: run scripts/build-images.sh (make images)")
+        if shipped != hashlib.sha256((kit.REPO / "fence" / "dispatch_fence" / "checkpoint.py").read_bytes()).hexdigest():
+            pytest.fail(f"{IMAGE} carries an older fence/dispatch_fence/checkpoint.py: run scripts/build-images.sh (make images)")
         yield c
 
 
@@ -117,7 +118,7 @@ def test_the_old_execution_s_late_save_is_refused_and_the_new_one_stands(client:
     assert code == 1, out + err
     assert out.splitlines()[0] == ("pid=1 cwd=/ DISPATCH_EPOCH=2000007000001 DISPATCH_ATTEMPT=llama-ft.7.0.1.0 "
                                    "args=--epochs 3 --checkpoint /ckpt --save-after /ckpt/.go")
-    assert err == (f"python -m toolkit.checkpoint publish: epoch 2000007000001 is lower than epoch 2000007000002 "
+    assert err == (f"python -m dispatch_fence publish: epoch 2000007000001 is lower than epoch 2000007000002 "
                    f"({new_name}) in /ckpt: a superseded execution's save, refused; nothing published\n")
     # The new one's stands: LATEST and its checkpoint as they were; the old staging is left whole.
     assert kit.tree(shared) == before | {".go": ""}

@@ -1,11 +1,11 @@
-"""toolkit.checkpoint is standard library only, so any training image with a
-Python can import it (DESIGN.md §11): held two ways, as tests/toolkit holds
+"""dispatch_fence's POSIX fence is standard library only, so any training
+image with a Python can import it: held two ways, as tests/toolkit holds
 `toolkit wrap` to importing nothing heavy.
 
 1. In the project's interpreter, importing it and running both commands
    loads no module outside the standard library (and no other toolkit module).
-2. The two files alone (toolkit/__init__.py and toolkit/checkpoint.py),
-   copied where nothing else is, run with `python -I -S` (no site-packages at
+2. The three files alone (dispatch_fence's __init__.py, __main__.py and
+   checkpoint.py, what the sample trainer image carries), copied where nothing else is, run with `python -I -S` (no site-packages at
    all): a publish and a read work, so no import can be satisfied from
    outside the standard library.
 """
@@ -22,14 +22,14 @@ from tests.checkpoint import kit
 PROBE = r"""
 import sys
 before = set(sys.modules)
-from toolkit import checkpoint
+from dispatch_fence import checkpoint
 root, staging = sys.argv[1], sys.argv[2]
 for argv in (["publish", staging, root, "--epoch", "7", "--attempt", "j.1.0.1.0", "--keep", "2"], ["latest", root]):
     code = checkpoint.main(argv)
     assert code == 0, (argv, code)
 outside = sorted(
     m for m in set(sys.modules) - before
-    if m.split(".")[0] not in sys.stdlib_module_names and m not in ("toolkit", "toolkit.checkpoint")
+    if m.split(".")[0] not in sys.stdlib_module_names and m not in ("dispatch_fence", "dispatch_fence.checkpoint")
 )
 print(outside, file=sys.stderr)
 sys.exit(1 if outside else 0)
@@ -44,11 +44,11 @@ def test_importing_and_running_it_loads_only_the_standard_library(tmp_path: path
     assert out.stdout.splitlines() == [str(tmp_path / "root" / "ckpt-0000000000000000007-000001-j.1.0.1.0")] * 2
 
 
-def test_the_two_files_alone_work_without_site_packages(tmp_path: pathlib.Path) -> None:
-    lib = tmp_path / "lib" / "toolkit"
+def test_the_three_files_alone_work_without_site_packages(tmp_path: pathlib.Path) -> None:
+    lib = tmp_path / "lib" / "dispatch_fence"
     lib.mkdir(parents=True)
-    for name in ("__init__.py", "checkpoint.py"):
-        shutil.copy(kit.REPO / "toolkit" / name, lib / name)
+    for name in ("__init__.py", "__main__.py", "checkpoint.py"):
+        shutil.copy(kit.REPO / "fence" / "dispatch_fence" / name, lib / name)
     staging = kit.staging(tmp_path, "j.1.0.1.0")
     code = f"import sys; sys.path.insert(0, {str(lib.parent)!r})\n" + PROBE
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(tmp_path / "root"), str(staging)],
@@ -58,8 +58,8 @@ def test_the_two_files_alone_work_without_site_packages(tmp_path: pathlib.Path) 
 
 
 def test_the_package_init_imports_nothing() -> None:
-    # `from toolkit import checkpoint` runs toolkit/__init__.py first: it must stay a docstring.
+    # `from dispatch_fence import checkpoint` runs its __init__.py first: it must stay a docstring.
     import ast
 
-    tree = ast.parse((kit.REPO / "toolkit" / "__init__.py").read_text())
+    tree = ast.parse((kit.REPO / "fence" / "dispatch_fence" / "__init__.py").read_text())
     assert not [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]

@@ -4,7 +4,7 @@ naming the highest epoch that committed; LATEST is never torn; a checkpoint
 is never replaced, never half there, and never removed except by retention
 (with at least `keep` newer ones present); a refused publish touches nothing.
 
-Every publish is a real process, `python -m toolkit.checkpoint publish`, run
+Every publish is a real process, `python -m dispatch_fence publish`, run
 with the module's test hook (TEST_HOOK_FD): at each named step it writes the
 step's name to a socket and waits for one byte. The test is the scheduler:
 hypothesis chooses, at every turn, which stopped publisher goes on and which
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from dispatch_fence import checkpoint
 from tests.checkpoint import kit
-from toolkit import checkpoint
 
 WAIT = 20.0  # seconds for any one event; a hang fails the example instead of the suite's timeout
 COMMITTED = {"replaced", "pruning", "done"}  # steps announced after LATEST was replaced
@@ -80,7 +80,7 @@ class Schedule:
         for i, epoch in enumerate(epochs):
             staging = kit.staging(work, token(i))
             ours, theirs = socket.socketpair()
-            args = [sys.executable, "-m", "toolkit.checkpoint", "publish", str(staging), str(self.root)]
+            args = [sys.executable, "-m", "dispatch_fence", "publish", str(staging), str(self.root)]
             if keep is not None:
                 args += ["--keep", str(keep)]
             env = {**os.environ, **kit.env(epoch, token(i)), checkpoint.TEST_HOOK_FD: str(theirs.fileno())}
@@ -271,7 +271,7 @@ def test_any_interleaving_with_crashes_ends_with_the_highest_committed_epoch(
             assert p.returncode in (0, 1), (p.returncode, p.stderr)
         if p.returncode == 1:
             line = p.stderr
-            m = re.fullmatch(r"python -m toolkit\.checkpoint publish: epoch (\d+) is lower than epoch (\d+) \(\S+\) in \S+: .*\n", line)
+            m = re.fullmatch(r"python -m dispatch_fence publish: epoch (\d+) is lower than epoch (\d+) \(\S+\) in \S+: .*\n", line)
             assert m and int(m.group(1)) == p.epoch and int(m.group(2)) > p.epoch, line
         if p.returncode == 0:
             assert p.stderr == "" and p.stdout.startswith(str(sched.root / "ckpt-"))

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
+from dispatch_fence import checkpoint
 from tests.checkpoint import kit
-from toolkit import checkpoint
 
 
 def test_a_first_publish_moves_the_staging_dir_in_and_latest_names_it(tmp_path: pathlib.Path,
@@ -155,7 +155,7 @@ def test_a_second_publisher_waits_for_the_lock(tmp_path: pathlib.Path) -> None:
     fd = os.open(root / ".lock", os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # another execution is publishing
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "toolkit.checkpoint", "publish", str(staging), str(root)],
+        proc = subprocess.Popen([sys.executable, "-m", "dispatch_fence", "publish", str(staging), str(root)],
                                 cwd=kit.REPO, env={**os.environ, **kit.env(2, "b")},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(0.5)

@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
+from dispatch_fence import checkpoint
 from tests.checkpoint import kit
-from toolkit import checkpoint
 
 A1 = "job.1.0.1.0"
 
@@ -206,10 +206,10 @@ def test_a_read_only_root_refuses_even_root(tmp_path: pathlib.Path, populated: p
     out = namespace(
         'mount --bind "$R" "$R"; mount -o remount,bind,ro "$R"\n'
         'if touch "$R/probe" 2>/dev/null; then echo "root could write to $R" >&2; exit 99; fi\n'
-        'exec "$PY" -m toolkit.checkpoint publish "$S" "$R"\n',
+        'exec "$PY" -m dispatch_fence publish "$S" "$R"\n',
         R=populated, S=staging)
     assert out.returncode == 2, out.stderr
-    assert out.stderr == (f"python -m toolkit.checkpoint publish: root {populated} is not writable: .lock: "
+    assert out.stderr == (f"python -m dispatch_fence publish: root {populated} is not writable: .lock: "
                           "Read-only file system; nothing published\n")
     assert kit.tree(populated) == before and kit.tree(staging) == staging_before
 
@@ -220,11 +220,11 @@ def test_a_staging_dir_on_another_filesystem_is_not_copied(tmp_path: pathlib.Pat
     other.mkdir()
     out = namespace(
         'mount -t tmpfs tmpfs "$O"; mkdir "$O/s"; echo x >"$O/s/model.bin"; : >"$O/s/COMPLETE"\n'
-        'rc=0; "$PY" -m toolkit.checkpoint publish "$O/s" "$R" || rc=$?\n'
+        'rc=0; "$PY" -m dispatch_fence publish "$O/s" "$R" || rc=$?\n'
         'test -f "$O/s/COMPLETE" && test "$(cat "$O/s/model.bin")" = x && echo "staging intact"; exit $rc\n',
         R=populated, O=other)
     assert out.returncode == 2 and out.stdout == "staging intact\n", out.stderr
-    assert out.stderr == (f"python -m toolkit.checkpoint publish: staging {other}/s is on another filesystem "
+    assert out.stderr == (f"python -m dispatch_fence publish: staging {other}/s is on another filesystem "
                           f"(or mount) than root {populated}: it must be renamed, not copied; nothing published\n")
     assert kit.tree(populated) == before
 

@@ -2,7 +2,7 @@
 late checkpoint save from a superseded execution never overwrites a newer one.
 
 One TrainJob in Kueue mode runs the sample trainer (the python flavour, which publishes through
-toolkit/checkpoint.py) with a hostPath volume every execution shares, as ranks share a
+dispatch_fence) with a hostPath volume every execution shares, as ranks share a
 filesystem, and a long termination grace period. Its first execution stages a checkpoint and is
 slow to publish it; it ignores SIGTERM, as a trainer busy writing a checkpoint may. A
 higher-priority TrainJob preempts it: Kueue suspends it and the kubelet sends the first
@@ -23,7 +23,8 @@ import kubernetes.client
 
 from devcluster import scenario as flow, stack as stack_mod
 from devcluster.scenario import Scenario
-from toolkit import checkpoint, names
+from dispatch_fence import checkpoint
+from toolkit import names
 
 E2E_KUEUE = True  # read by the stack fixture
 

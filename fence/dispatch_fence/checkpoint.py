@@ -1,8 +1,7 @@
 """The checkpoint fence: publish a checkpoint directory so that a late save
-from a superseded execution can never overwrite a newer one (DESIGN.md §11,
-docs/checkpoint.md).
+from a superseded execution can never overwrite a newer one (docs/checkpoint.md).
 
-    from toolkit import checkpoint
+    from dispatch_fence import checkpoint
     # ... the framework writes its files into staging/, then the marker last:
     open(os.path.join(staging, checkpoint.MARKER), "w").close()
     checkpoint.publish(staging, "/ckpt")          # epoch and attempt from the environment
@@ -20,14 +19,17 @@ saving again (every rank of one execution has the same epoch), and the
 later save is the newer one; the serial keeps the names apart and orders
 them.
 
-Exit status of `python -m toolkit.checkpoint` and `toolkit checkpoint`:
+Exit status of `python -m dispatch_fence` and `toolkit checkpoint`:
 0 published (the path on stdout), 1 refused (a lower epoch), 2 bad input
 (the epoch, the attempt, the staging directory, a root that cannot be
 written or locked, a LATEST that is not ours). Every error is one line.
 
-Standard library only, imported by nothing else in the toolkit: any training
-image with a Python can copy this one file (tests/checkpoint/test_imports.py
-holds it to that).
+Standard library only: any training image with a Python can import it, or
+copy this file with the package's __init__.py and __main__.py
+(tests/checkpoint/test_imports.py holds it to that). A root that is an
+object-store URL (s3://, gs://) is published by dispatch_fence.objectstore
+under the same rule, names, errors and exit codes; that module and its
+clients are imported only then.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 MARKER = "COMPLETE"
@@ -92,6 +94,10 @@ class StaleEpoch(CheckpointError):
             f"epoch {epoch} is lower than epoch {fence} ({fence_name}) in {root}: "
             "a superseded execution's save, refused; nothing published"
         )
+
+    def __reduce__(self) -> tuple[type[StaleEpoch], tuple[int, int, str, str]]:
+        # Picklable, so that one process can raise what another was refused (dispatch_fence.dcp).
+        return (StaleEpoch, (self.epoch, self.fence, self.fence_name, self.root))
 
 
 @dataclass(frozen=True, order=False)
@@ -185,6 +191,20 @@ def parse_name(root: str, name: str) -> Checkpoint | None:
     return Checkpoint(os.path.join(root, name), name, int(m.group(1)), int(m.group(2)), m.group(3))
 
 
+def check_fence(epoch: int, known: Iterable[Checkpoint], *, root: str) -> None:
+    """The fence, the one comparison both kinds of root make: StaleEpoch when EPOCH is lower
+    than the highest epoch among KNOWN (every checkpoint in the root, and the one LATEST
+    names). Equal epochs pass: the same execution saving again."""
+    fence = max(known, key=lambda c: c.key, default=None)
+    if fence is not None and epoch < fence.epoch:
+        raise StaleEpoch(epoch, fence.epoch, fence.name, root)
+
+
+def is_url(root: str) -> bool:
+    """ROOT names an object-store location (s3://bucket/prefix, gs://bucket/prefix), not a directory."""
+    return "://" in root
+
+
 # -- reading a root -----------------------------------------------------
 
 
@@ -207,8 +227,13 @@ def _read_latest(root: str) -> Checkpoint | None:
     return found
 
 
-def checkpoints(root: str) -> list[Checkpoint]:
+def checkpoints(root: str | os.PathLike[str]) -> list[Checkpoint]:
     """Every checkpoint directory in ROOT, oldest first (by epoch, then serial). [] when ROOT does not exist."""
+    root = os.fspath(root)
+    if is_url(root):
+        from dispatch_fence import objectstore
+
+        return objectstore.checkpoints(root)
     try:
         names = os.listdir(root)
     except FileNotFoundError:
@@ -227,6 +252,10 @@ def latest(root: str | os.PathLike[str]) -> Checkpoint | None:
     one of ours or names a directory that is gone.
     """
     root = os.fspath(root)
+    if is_url(root):
+        from dispatch_fence import objectstore
+
+        return objectstore.latest(root)
     found = _read_latest(root)
     if found is not None and not os.path.isdir(found.path):
         raise CorruptRoot(f"{os.path.join(root, LATEST)} names {found.name}, which is not a directory in {root}")
@@ -236,7 +265,7 @@ def latest(root: str | os.PathLike[str]) -> Checkpoint | None:
 # -- publishing ---------------------------------------------------------
 
 
-def _hook(step: str) -> None:
+def hook(step: str) -> None:
     """Tests only (TEST_HOOK_FD): announce STEP and wait to be let go (or killed)."""
     fd = os.environ.get(TEST_HOOK_FD)
     if not fd:
@@ -328,9 +357,9 @@ def _write_latest(root: str, name: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _hook("written")
+    hook("written")
     os.replace(tmp, os.path.join(root, LATEST))  # the commit point
-    _hook("replaced")
+    hook("replaced")
     _fsync_path(root, directory=True)
 
 
@@ -346,7 +375,7 @@ def _prune(root: str, keep: int, current: Checkpoint) -> list[Checkpoint]:
             trash = os.path.join(root, _TRASH_PREFIX + c.name)
             os.rename(c.path, trash)
             removed.append(c)
-            _hook("pruning")
+            hook("pruning")
             shutil.rmtree(trash, ignore_errors=True)
         if removed:
             _fsync_path(root, directory=True)
@@ -365,6 +394,9 @@ def publish(
 ) -> Checkpoint:
     """Publish the complete checkpoint in STAGING_DIR into ROOT, fenced by EPOCH.
 
+    ROOT is a directory, or an object-store URL (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX): there
+    STAGING_DIR is uploaded, not moved (dispatch_fence.objectstore), under the same rule.
+
     EPOCH and ATTEMPT default to $DISPATCH_EPOCH and $DISPATCH_ATTEMPT (set by
     the dispatch prologue). STAGING_DIR must hold MARKER and be on ROOT's
     filesystem; it is renamed, not copied, and is gone afterwards. KEEP: keep
@@ -380,22 +412,24 @@ def publish(
     keep = parse_keep(keep)
     if not root:
         raise BadInput("root is empty")
+    if is_url(root):
+        from dispatch_fence import objectstore
+
+        return objectstore.publish(staging, root, epoch=epoch_value, attempt=attempt_value, keep=keep)
     _check_staging(staging, root)
     try:
         _fsync_tree(staging)
     except OSError as exc:
         raise BadInput(f"staging {staging} cannot be synced: {exc.strerror}; nothing published") from None
     _make_root(root)
-    _hook("staged")
+    hook("staged")
     lock = _lock(root)
     try:
-        _hook("locked")
+        hook("locked")
         current = _read_latest(root)
         known = checkpoints(root) + ([current] if current else [])
-        fence = max(known, key=lambda c: c.key, default=None)
-        if fence is not None and epoch_value < fence.epoch:
-            raise StaleEpoch(epoch_value, fence.epoch, fence.name, root)
-        _hook("fenced")
+        check_fence(epoch_value, known, root=root)
+        hook("fenced")
         serial = 1 + max((c.serial for c in known), default=0)
         name = name_of(epoch_value, serial, attempt_value)
         new = Checkpoint(os.path.join(root, name), name, epoch_value, serial, attempt_value)
@@ -416,7 +450,7 @@ def publish(
             parent = os.path.dirname(os.path.abspath(staging))
             if not os.path.samefile(parent, root):
                 _fsync_path(parent, directory=True)  # the staging dir's entry is gone for good too
-            _hook("moved")
+            hook("moved")
             _write_latest(root, new.name)
         except OSError as exc:
             if os.path.exists(os.path.join(root, LATEST)) and _read_latest(root) == new:
@@ -424,16 +458,16 @@ def publish(
             raise UnwritableRoot(f"root {root}: {exc.strerror} ({exc.filename or root}); {where}") from None
         if keep is not None:
             _prune(root, keep, new)
-        _hook("done")
+        hook("done")
         return new
     finally:
         os.close(lock)
 
 
-# -- python -m toolkit.checkpoint ------------------------------------------
+# -- python -m dispatch_fence ---------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m toolkit.checkpoint") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m dispatch_fence") -> int:
     """The standard-library CLI (images without click): same commands, exit codes and lines as `toolkit checkpoint`."""
     import argparse
 
@@ -444,7 +478,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m toolkit.check
 
     parser = Parser(prog=prog, description="Publish checkpoints fenced by DISPATCH_EPOCH; read the latest.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    p = sub.add_parser("publish", help="publish STAGING into ROOT")
+    p = sub.add_parser("publish", help="publish STAGING into ROOT (a directory, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX)")
     p.add_argument("staging")
     p.add_argument("root")
     p.add_argument("--keep", type=int, default=None, metavar="K", help="keep the newest K checkpoints")

@@ -1,0 +1,93 @@
+"""Lightning through the fence: a CheckpointIO plugin that publishes every
+checkpoint Lightning saves, and resumes from what LATEST names
+(docs/checkpoint.md, "Lightning").
+
+    from dispatch_fence import lightning as fenced
+    io = fenced.CheckpointIO(root, keep=3)
+    trainer = L.Trainer(plugins=[io], callbacks=[ModelCheckpoint(every_n_train_steps=100)])
+    trainer.fit(model, ckpt_path=io.resume_path())   # None before the first save: a fresh start
+
+Lightning calls `save_checkpoint` on global rank 0 only, with the whole
+checkpoint (its strategy has gathered it). The plugin writes it with
+torch.save into a staging directory (in the root for a POSIX root, so the
+publish is a rename; a local temporary one for an s3:// or gs:// root), writes
+the marker, and publishes it, epoch and attempt from the environment. A
+superseded execution's save raises StaleEpoch out of `trainer.fit` (its
+staging directory removed): the old execution stops instead of overwriting.
+
+The path Lightning passes (ModelCheckpoint's dirpath and filename) is not
+used: the fence names checkpoints. `remove_checkpoint` does nothing:
+retention is `keep`, which never removes what LATEST names. `load_checkpoint`
+takes a Checkpoint's path (what `resume_path` returns) and reads the file in
+it, downloading it from an object store.
+
+Needs lightning (and torch); not dependencies of the package.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import torch
+from lightning.fabric.plugins import CheckpointIO as _Base
+
+from dispatch_fence import checkpoint
+
+FILE = "checkpoint.ckpt"
+"""The file a published checkpoint holds, beside the marker."""
+
+
+class CheckpointIO(_Base):
+    """Lightning's CheckpointIO over the fence; ROOT is a directory or an s3:// or gs:// URL."""
+
+    def __init__(self, root: str | os.PathLike[str], *, keep: int | None = None, epoch: int | str | None = None,
+                 attempt: str | None = None) -> None:
+        self.root = os.fspath(root)
+        self.keep = checkpoint.parse_keep(keep)
+        self.epoch, self.attempt = epoch, attempt
+        self.published: list[checkpoint.Checkpoint] = []
+
+    def save_checkpoint(self, checkpoint_: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        epoch, attempt = checkpoint.execution(self.epoch, self.attempt)
+        if checkpoint.is_url(self.root):
+            staging = tempfile.mkdtemp(prefix=f"dispatch-fence-{attempt}-")
+        else:
+            os.makedirs(self.root, exist_ok=True)
+            staging = tempfile.mkdtemp(prefix=f".staging-{attempt}-", dir=self.root)
+        try:
+            torch.save(checkpoint_, os.path.join(staging, FILE))
+            with open(os.path.join(staging, FILE), "rb") as f:
+                os.fsync(f.fileno())
+            open(os.path.join(staging, checkpoint.MARKER), "wb").close()
+            found = checkpoint.publish(staging, self.root, epoch=epoch, attempt=attempt, keep=self.keep)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # gone after a rename; left after an upload or a refusal
+        self.published.append(found)
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        path = os.fspath(path)
+        if not checkpoint.is_url(path):
+            return torch.load(os.path.join(path, FILE), map_location=map_location, weights_only=False)  # type: ignore[no-any-return]
+        from dispatch_fence import objectstore
+
+        name = path.rstrip("/").rsplit("/", 1)[1]
+        found = checkpoint.parse_name(path[:-len(name) - 1], name)
+        if found is None:
+            raise checkpoint.BadInput(f"{path} is not a checkpoint's path")
+        local = tempfile.mkdtemp(prefix="dispatch-fence-")
+        try:
+            objectstore.download(found, local)
+            return torch.load(os.path.join(local, FILE), map_location=map_location, weights_only=False)  # type: ignore[no-any-return]
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        """Nothing: retention is `keep` (it never removes what LATEST names)."""
+
+    def resume_path(self) -> str | None:
+        """The path of the checkpoint LATEST names, for `trainer.fit(ckpt_path=...)`; None before the first."""
+        found = checkpoint.latest(self.root)
+        return found.path if found is not None else None

@@ -1,0 +1,103 @@
+"""PyTorch DCP through the fence, with real torch on CPU: two gloo ranks started
+by torchrun (tests/checkpoint/fixtures/dcp_worker.py), into a POSIX root and
+into an s3:// root on the local S3 server. torch lives in a virtualenv of its
+own, cached in the user cache (devcluster/build-torch-venv.sh).
+
+- a save publishes once every rank's shards are written, and a load on a new
+  pair of ranks restores it bit for bit
+- two executions race: the newer publishes, the older one saves late and is
+  refused on every rank (exit 1), and the restore is the newer one's, bit for bit
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from devcluster import objectstores
+from dispatch_fence import checkpoint
+from tests.checkpoint import kit, stores
+
+WORKER = kit.REPO / "tests" / "checkpoint" / "fixtures" / "dcp_worker.py"
+BUILD = kit.REPO / "devcluster" / "build-torch-venv.sh"
+
+
+@pytest.fixture(scope="module")
+def torch_python() -> str:
+    out = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1800, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[objectstores.Server]:
+    server = objectstores.S3Server()
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture(params=["posix", "s3"])
+def where(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> tuple[str, objectstores.Server | None]:
+    """(root, its server: None for a POSIX root)."""
+    if request.param == "posix":
+        return str(tmp_path / "root"), None
+    server = request.getfixturevalue("s3")
+    return server.root(), server
+
+
+def torchrun(python: str, env: dict[str, str], *args: str, epoch: int | None = None,
+             attempt: str = "") -> subprocess.Popen[str]:
+    full = {**objectstores.clean_env(), **env, "PYTHONPATH": str(kit.REPO / "fence"), "OMP_NUM_THREADS": "1"}
+    if epoch is not None:
+        full.update(kit.env(epoch, attempt))
+    return subprocess.Popen([python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                             "--nproc-per-node", "2", str(WORKER), *args], env=full, cwd=kit.REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(p: subprocess.Popen[str]) -> tuple[int, list[str], str]:
+    out, err = p.communicate(timeout=600)
+    return p.returncode, sorted(line for line in out.splitlines() if line.startswith("rank ")), err
+
+
+def test_a_save_publishes_after_every_rank_and_loads_bit_exact(
+        torch_python: str, where: tuple[str, objectstores.Server | None]) -> None:
+    root, server = where
+    env = server.env if server else {}
+    code, lines, err = finish(torchrun(torch_python, env, "save", root, epoch=5, attempt="j.1.0.1.0"))
+    name = checkpoint.name_of(5, 1, "j.1.0.1.0")
+    assert (code, lines) == (0, [f"rank 0: published {name}", f"rank 1: published {name}"]), err[-3000:]
+    code, lines, err = finish(torchrun(torch_python, env, "load", root, "5"))
+    assert (code, lines) == (0, [f"rank 0: loaded {name} bit-exact", f"rank 1: loaded {name} bit-exact"]), err[-3000:]
+
+
+def test_a_superseded_execution_is_refused_on_every_rank_and_the_restore_is_the_newer(
+        torch_python: str, where: tuple[str, objectstores.Server | None], tmp_path: pathlib.Path) -> None:
+    root, server = where
+    env = server.env if server else {}
+    gate = tmp_path / "gate"
+    old = torchrun(torch_python, env, "save", root, str(gate), epoch=5, attempt="j.1.0.1.0")
+    new = torchrun(torch_python, env, "save", root, epoch=6, attempt="j.1.0.2.0")
+    try:
+        code, lines, err = finish(new)
+        name = checkpoint.name_of(6, 1, "j.1.0.2.0")
+        assert (code, lines) == (0, [f"rank 0: published {name}", f"rank 1: published {name}"]), err[-3000:]
+    finally:
+        gate.touch()  # the old execution saves only now: late, gated on the new publish
+    code, lines, err = finish(old)
+    refused = sorted(line for line in err.splitlines() if line.startswith("rank ") and "refused" in line)
+    assert code != 0 and lines == []
+    assert refused == [f"rank {r}: refused: epoch 5 is lower than epoch 6 ({name}) in {root}: a superseded "
+                       "execution's save, refused; nothing published" for r in (0, 1)], err[-3000:]
+    code, lines, err = finish(torchrun(torch_python, env, "load", root, "6"))
+    assert (code, lines) == (0, [f"rank 0: loaded {name} bit-exact", f"rank 1: loaded {name} bit-exact"]), err[-3000:]
+    # The refused save left nothing under the root (on a volume, its staging directory stays beside).
+    if server is not None:
+        assert not [k for k in stores.tree(server, root) if "-j.1.0.1.0/" in k]
+    else:
+        assert [c.epoch for c in checkpoint.checkpoints(root)] == [6]

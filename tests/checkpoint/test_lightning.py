@@ -1,0 +1,84 @@
+"""Lightning through the fence (dispatch_fence.lightning.CheckpointIO), with the
+real library on a tiny model, into a POSIX root and an s3:// root on the local
+S3 server. Each execution is a process (tests/checkpoint/fixtures/lightning_worker.py)
+that resumes from what LATEST names and saves every 2 steps through the plugin.
+
+An execution (epoch 5) trains 4 steps and publishes twice; its replacement
+(epoch 6) resumes at step 4 with exactly the weights it ended with, trains to 6
+and publishes; a run of the superseded execution (epoch 5) then saves and is
+refused (exit 1, one line), and LATEST still names the replacement's step 6.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from devcluster import objectstores
+from dispatch_fence import checkpoint
+from tests.checkpoint import kit, stores
+
+WORKER = kit.REPO / "tests" / "checkpoint" / "fixtures" / "lightning_worker.py"
+BUILD = kit.REPO / "devcluster" / "build-torch-venv.sh"
+
+
+@pytest.fixture(scope="module")
+def torch_python() -> str:
+    out = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1800, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[objectstores.Server]:
+    server = objectstores.S3Server()
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture(params=["posix", "s3"])
+def where(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> tuple[str, objectstores.Server | None]:
+    if request.param == "posix":
+        return str(tmp_path / "root"), None
+    server = request.getfixturevalue("s3")
+    return server.root(), server
+
+
+def run(python: str, server: objectstores.Server | None, root: str, steps: int, workdir: pathlib.Path, *,
+        epoch: int, attempt: str) -> tuple[int, list[str], str]:
+    env = {**objectstores.clean_env(), **(server.env if server else {}), **kit.env(epoch, attempt),
+           "PYTHONPATH": str(kit.REPO / "fence"), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([python, str(WORKER), root, str(steps), str(workdir)], env=env, cwd=kit.REPO,
+                         capture_output=True, text=True, timeout=600, check=False)
+    return out.returncode, out.stdout.splitlines(), out.stderr
+
+
+def test_a_replacement_resumes_what_was_published_and_the_superseded_save_is_refused(
+        torch_python: str, where: tuple[str, objectstores.Server | None], tmp_path: pathlib.Path) -> None:
+    root, server = where
+    code, lines, err = run(torch_python, server, root, 4, tmp_path / "a", epoch=5, attempt="j.1.0.1.0")
+    assert code == 0, err[-3000:]
+    end = next(line for line in lines if line.startswith("end at step 4 weights "))
+    assert [line for line in lines if line.startswith("published ")] == [
+        f"published {checkpoint.name_of(5, s, 'j.1.0.1.0')}" for s in (1, 2)]
+
+    code, lines, err = run(torch_python, server, root, 6, tmp_path / "b", epoch=6, attempt="j.1.0.2.0")
+    assert code == 0, err[-3000:]
+    assert lines[0] == "start at step 4 weights " + end[len("end at step 4 weights "):]  # resumed bit for bit
+    newest = checkpoint.name_of(6, 3, "j.1.0.2.0")
+    assert [line for line in lines if line.startswith("published ")] == [f"published {newest}"]
+
+    code, lines, err = run(torch_python, server, root, 8, tmp_path / "c", epoch=5, attempt="j.1.0.1.0")
+    assert code == 1 and [line for line in lines if line.startswith("published ")] == []
+    refused = [line for line in err.splitlines() if line.startswith("refused: ")]
+    assert refused == [f"refused: epoch 5 is lower than epoch 6 ({newest}) in {root}: a superseded execution's "
+                       "save, refused; nothing published"], err[-3000:]
+    found = stores.latest(server, root) if server else checkpoint.latest(root)
+    assert found is not None and found.name == newest
+    names = [c.name for c in checkpoint.checkpoints(root)]
+    assert names == [checkpoint.name_of(5, 2, "j.1.0.1.0"), newest]  # keep=2, nothing of the refused save
