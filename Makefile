@@ -26,6 +26,7 @@ controlplane: deps
 
 controllers: deps
 	bash devcluster/build-controllers.sh
+	bash devcluster/build-controllers.sh services
 
 e2e: venv images controlplane controllers
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e

@@ -28,7 +28,7 @@ import os
 import pathlib
 import shutil
 
-from devcluster import harness, node as node_mod, stack as stack_mod
+from devcluster import dns, harness, node as node_mod, registry as registry_mod, stack as stack_mod
 
 # The images the local cluster's pods use, moved from podman's store into the node's containerd.
 NODE_IMAGES = (
@@ -83,17 +83,26 @@ class Status:
     dead: list[str]
 
 
+def services_bin() -> pathlib.Path:
+    """Run build-controllers.sh for the cluster's services (CoreDNS, the registry); their bin dir."""
+    return stack_mod.build_binaries("services")
+
+
 def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
           workdir: pathlib.Path | None = None, detach: bool = False, wait_for_node: bool = True,
-          images: tuple[str, ...] = NODE_IMAGES) -> stack_mod.Stack:
+          images: tuple[str, ...] = NODE_IMAGES, registry_name: str = registry_mod.DEFAULT_NAME) -> stack_mod.Stack:
     """Start the control plane, the controllers on it (Trainer and JobSet unless not TRAINING;
-    Kueue and ours too if KUEUE) and the real node; return the Stack (its `plane` and `node`
-    attributes are the other two). The caller stops the Stack (which stops the node), then the plane.
+    Kueue and ours too if KUEUE), the registry (named REGISTRY_NAME in image references), the
+    real node, and CoreDNS on it; return the Stack (its `plane` and `node` attributes are the
+    other two; `node.registry` is the registry). The caller stops the Stack (which stops the node
+    and the registry), then the plane.
 
     WAIT_FOR_NODE: wait while another cluster's node holds this host (tests), else refuse at once.
     On any failure, stops what it started and sweeps the host, then re-raises."""
+    registry_mod.check_name(registry_name)
     plane_bin = plane_bin or harness.build_binaries()
     controllers = controllers or stack_mod.build_binaries()
+    services = services_bin()
     # The slot first: another cluster's kubelet holds the node's ports until it is done with them.
     lock = node_mod.host_lock(wait=NODE_WAIT_SECONDS if wait_for_node else 0)
     try:
@@ -114,9 +123,11 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         node_mod.prepare_host()
         plane.start()
         running = stack_mod.Stack(plane, kueue=kueue, training=training, bin_dir=controllers).start()
+        registry = registry_mod.Registry(plane, bin_dir=services, name=registry_name)
         node = node_mod.Node(plane, plane_bin=plane_bin, controllers_bin=controllers, images=images,
-                             cache=cache_dir(), lock_fd=lock)
+                             cache=cache_dir(), lock_fd=lock, registry=registry)
         running.node = node.start()
+        dns.install(plane, registry, bin_dir=services)
         running.swept = swept
         return running
     except BaseException:
