@@ -144,6 +144,7 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
 class Up:
     kubeconfig: pathlib.Path
     swept: list[str]  # what an earlier cluster had left on the host (a crash), removed first
+    registry: registry_mod.Registry  # the cluster's registry, to push to (`Registry.open(state)` later)
 
 
 def up() -> Up:
@@ -173,7 +174,8 @@ def up() -> Up:
     tmp = state / "pids.json.tmp"
     tmp.write_text(json.dumps(groups))
     tmp.replace(state / "pids.json")
-    return Up(kubeconfig=pathlib.Path(running.plane.kubeconfig), swept=list(running.swept))
+    return Up(kubeconfig=pathlib.Path(running.plane.kubeconfig), swept=list(running.swept),
+              registry=running.node.registry)
 
 
 def status() -> Status:

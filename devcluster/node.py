@@ -22,9 +22,13 @@ Invariants:
 - Nothing of the host's own is touched beyond that record: the node's cgroups live under
   `CGROUP_ROOT`, its netns mounts under its containerd state dir, its CNI leases under its own
   data dir, its sockets and state under `RUN_DIR`; containerd reads no host config (imports = []).
-- Images come from podman's store, never a registry: each one a pod uses is saved from podman and
-  imported into containerd's `k8s.io` namespace when its podman image id differs from the one last
-  imported (containerd's root is kept in the cache, like the binaries, so that is usually never).
+- Images reach containerd two ways. Those named by the cluster's registry
+  (`registry.dispatch.test/...@sha256:...`, devcluster/registry.py) are pulled by the kubelet, as on
+  any node: containerd's registry configuration (`hosts.toml` under the node's own config dir) maps
+  that name to the registry, with its CA and credentials. The local images the suites' pods name
+  (`localhost/...`) are saved from podman and imported into containerd's `k8s.io` namespace when
+  their podman image id differs from the one last imported (containerd's root is kept in the
+  cache, like the binaries, so that is usually never).
 
 The node address: the kubelet refuses a loopback node IP, and the host's own address may be
 anything (or nothing). The node takes `NODE_IP`, from the range RFC 2544 sets aside for

@@ -102,11 +102,29 @@ class Registry:
         self.name = check_name(name)
         self.binary = bin_dir / "registry"
         self.dir = pathlib.Path(plane.workdir) / "registry"
+        self.ca_file = plane.ca_file
         self.endpoint = f"127.0.0.1:{harness.free_port()}"
         self.password = secrets.token_urlsafe(32)
         self.authfile = self.dir / "auth.json"
         self.cert_dir = self.dir / "client-certs"
         self.process: harness._Process | None = None
+
+    @classmethod
+    def open(cls, workdir: pathlib.Path) -> Registry:
+        """The running registry of the cluster whose state directory is WORKDIR (`toolkit cluster up`
+        writes `<state>/registry/registry.json`), to push to and name images by; not to stop."""
+        try:
+            saved = json.loads((workdir / "registry" / "registry.json").read_text())
+        except FileNotFoundError:
+            raise RegistryError(f"no registry in {workdir} (is the cluster up? `toolkit cluster up`)") from None
+        registry = cls.__new__(cls)
+        registry.name, registry.endpoint, registry.password = saved["name"], saved["endpoint"], saved["password"]
+        registry.dir = workdir / "registry"
+        registry.ca_file = saved["ca_file"]
+        registry.authfile = registry.dir / "auth.json"
+        registry.cert_dir = registry.dir / "client-certs"
+        registry.process = None
+        return registry
 
     # -- lifecycle -------------------------------------------------------
 
@@ -135,7 +153,9 @@ class Registry:
             host: {"auth": base64.b64encode(f"{USER}:{self.password}".encode()).decode()}
             for host in (self.endpoint, self.name)}}, indent=1))
         _private_dir(self.cert_dir)
-        _private_file(self.cert_dir / "ca.crt", pathlib.Path(self.plane.ca_file).read_text())
+        _private_file(self.cert_dir / "ca.crt", pathlib.Path(self.ca_file).read_text())
+        _private_file(self.dir / "registry.json", json.dumps({
+            "name": self.name, "endpoint": self.endpoint, "password": self.password, "ca_file": self.ca_file}))
         # No trace export (its default is an OTLP collector on localhost): nothing is collecting.
         env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "OTEL_TRACES_EXPORTER": "none"}
         self.process = node._NodeProcess("registry", [str(self.binary), "serve", str(self.dir / "config.yml")],
@@ -177,7 +197,7 @@ class Registry:
         """The HTTP status of one request to the registry's API (TLS checked against the cluster's CA)."""
         headers = {"Authorization": self.authorization()} if authenticated else {}
         req = urllib.request.Request(f"https://{self.endpoint}{path}", method=method, headers=headers)
-        context = ssl.create_default_context(cafile=self.plane.ca_file)
+        context = ssl.create_default_context(cafile=self.ca_file)
         try:
             with urllib.request.urlopen(req, timeout=5, context=context) as response:
                 return int(response.status)
@@ -193,7 +213,7 @@ class Registry:
         _private_file(hosts, (
             f"# {self.name} is this cluster's registry; no other host serves it.\n"
             f"server = 'https://{self.endpoint}'\n"
-            f"ca = '{self.plane.ca_file}'\n"
+            f"ca = '{self.ca_file}'\n"
             "capabilities = ['pull', 'resolve']\n"
             "\n[header]\n"
             f"  Authorization = '{self.authorization()}'\n"))

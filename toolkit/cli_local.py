@@ -42,6 +42,10 @@ def up_cmd() -> None:
     if started.swept:
         click.echo(f"cleaned up after an earlier cluster first: {'; '.join(started.swept)}", err=True)
     click.echo(f"cluster up; logs in {kubeconfig.parent / 'logs'}; stop with `toolkit cluster down`", err=True)
+    reg = started.registry
+    click.echo(f"its registry {reg.name} is at {reg.endpoint}: podman push --authfile {reg.authfile} --cert-dir "
+               f"{reg.cert_dir} IMAGE docker://{reg.endpoint}/REPOSITORY:TAG, then run {reg.name}/REPOSITORY@DIGEST",
+               err=True)
     click.echo(f"export KUBECONFIG={kubeconfig}")
     click.echo(f'export PATH={kubeconfig.parent / "bin"}:"$PATH"')
 
