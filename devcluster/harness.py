@@ -3,10 +3,12 @@
 etcd, kube-apiserver, kube-controller-manager and (optionally) kube-scheduler,
 built by build.sh from the pinned Go module beside this file, run on loopback
 with fresh ports, a fresh CA and fresh service-account signing keys, the way
-controller-runtime's envtest runs them, plus the controllers envtest leaves out
-(Job, garbage collector, TTL-after-finished, service accounts and their tokens,
-namespace deletion). There are no kubelets: pods stay Pending unless a test
-writes their status through the status subresource.
+controller-runtime's envtest runs them, plus the controllers envtest leaves out:
+the controller manager's default set (Deployments, ReplicaSets, Jobs,
+EndpointSlices, garbage collector, TTL-after-finished, service accounts and their
+tokens, namespace deletion, ...). Without a node (devcluster/node.py) there are
+no kubelets: pods stay Pending unless a test writes their status through the
+status subresource.
 
 Invariants:
 - Every process runs in its own process group and is killed as a group by

@@ -681,6 +681,9 @@ imports = []
             f"--hostname-override={NODE_NAME}",
             "--proxy-mode=iptables",
             f"--cluster-cidr={POD_CIDR}",
+            # A pod reaching a Service whose endpoint is a pod on the same bridge (CoreDNS, any
+            # Deployment) gets its reply through the node, whatever the host's br_netfilter settings.
+            "--masquerade-all",
             f"--metrics-bind-address=127.0.0.1:{harness.free_port()}",
             f"--healthz-bind-address=127.0.0.1:{harness.free_port()}",
             # Leave the host's conntrack table sizes and timeouts as they are.
