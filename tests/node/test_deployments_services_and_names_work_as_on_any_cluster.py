@@ -15,20 +15,30 @@ from tests.node import kit
 
 pytestmark = pytest.mark.cluster
 
+PYTHON = "localhost/dispatch/sample-trainer:python"
+
 SERVER = ("mkdir -p /tmp/www && echo \"hello from $POD\" > /tmp/www/index.html && "
           "exec httpd -f -p 8080 -h /tmp/www")
-# Retried for a while: kube-proxy programs a new Service's rules within a second or so.
+# The client is Python on Debian's glibc, whose resolver reads the search path and ndots the kubelet
+# wrote (static busybox cannot resolve a name: static glibc has no NSS). Retried for a while:
+# kube-proxy programs a new Service's rules within a second or so.
 CLIENT = """
-for url in http://web.$NS.svc.cluster.local/ http://web/; do
-  ok=
-  for i in $(seq 1 30); do
-    if body=$(wget -q -T 2 -O- "$url"); then echo "$url $body"; ok=1; break; fi
-    sleep 1
-  done
-  [ -n "$ok" ] || { echo "no answer from $url"; exit 1; }
-done
-if nslookup example.com >/dev/null 2>&1; then echo "example.com resolved"; exit 2; fi
-echo done
+import os, socket, sys, time, urllib.request
+for url in (f"http://web.{os.environ['NS']}.svc.cluster.local/", "http://web/"):
+    for _ in range(30):
+        try:
+            print(url, urllib.request.urlopen(url, timeout=2).read().decode().strip())
+            break
+        except OSError as e:
+            error = e
+            time.sleep(1)
+    else:
+        sys.exit(f"no answer from {url}: {error}")
+try:
+    socket.getaddrinfo("example.com", 80)
+    sys.exit("example.com resolved")
+except socket.gaierror:
+    print("done")
 """
 
 
@@ -75,13 +85,13 @@ def test_a_deployment_and_service_are_reached_by_name_from_a_pod(node_cluster: s
             namespace, label_selector="kubernetes.io/service-name=web").items), None))
         kit.wait("both endpoints ready", lambda: sorted(
             e.addresses[0] for e in discovery.read_namespaced_endpoint_slice(slice_.metadata.name, namespace).endpoints
-            if e.conditions.ready) == sorted(p.status.pod_ip for p in pods))
+            or [] if e.conditions.ready) == sorted(p.status.pod_ip for p in pods))
 
         core.create_namespaced_pod(namespace, {
             "metadata": {"name": "client"},
             "spec": {"restartPolicy": "Never", "containers": [{
-                "name": "client", "image": kit.BUSYBOX, "imagePullPolicy": "IfNotPresent",
-                "command": ["/bin/sh", "-c", CLIENT], "env": [{"name": "NS", "value": namespace}]}]}})
+                "name": "client", "image": PYTHON, "imagePullPolicy": "IfNotPresent",
+                "command": ["python3", "-c", CLIENT], "env": [{"name": "NS", "value": namespace}]}]}})
         finished = kit.finished(core, namespace, "client", timeout=120)
         output = kit.log(core, namespace, "client", "client")
         assert finished["status"]["phase"] == "Succeeded", output
