@@ -1,15 +1,17 @@
 """The local cluster for a person: `toolkit cluster up|down|status`.
 
 `up` starts the control plane, the real controllers (Trainer, JobSet, Kueue with its TrainJob
-integration, our admission-check controller) and one real node (devcluster/node.py: the kubelet
-and kube-proxy of the same release, containerd, runc) in the background, writes the admin
+integration, our admission-check controller), the cluster's registry (devcluster/registry.py), one
+real node (devcluster/node.py: the kubelet and kube-proxy of the same release, containerd, runc)
+and CoreDNS on it (devcluster/dns.py) in the background, writes the admin
 kubeconfig and records every process group in `<state>/pids.json`; `down` deletes the pods (so
 the kubelet tears each one down), kills those groups and sweeps the host clean; `status` says
 whether the recorded processes live.
 
 `start` is the one way a cluster comes up, for `up`, `make demo` and the e2e tests alike: the
 host's node slot (one node per host), a sweep of anything an earlier node left (a crash, a
-SIGKILL), the node address, the control plane, the controllers on it, then the node; if any
+SIGKILL), the node address, the control plane, the controllers on it, then the registry and the
+node, then the cluster's DNS; if any
 step fails, what it started is stopped and the host swept before the error goes on.
 
 Invariants: at most one cluster per state directory (a second `up` is refused while a process
@@ -147,7 +149,7 @@ class Up:
     registry: registry_mod.Registry  # the cluster's registry, to push to (`Registry.open(state)` later)
 
 
-def up() -> Up:
+def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
     """Start everything in the background; return the kubeconfig path and what was swept first.
 
     A state dir whose recorded processes are all dead is an earlier cluster that crashed (or was
@@ -163,7 +165,7 @@ def up() -> Up:
         plane_bin = harness.build_binaries()
         controllers = stack_mod.build_binaries()
         running = start(plane_bin=plane_bin, controllers=controllers, workdir=state, detach=True,
-                        wait_for_node=False)
+                        wait_for_node=False, registry_name=registry_name)
     except (harness.HarnessError, OSError) as e:
         shutil.rmtree(state, ignore_errors=True)
         raise ClusterError(str(e).splitlines()[0]) from None
