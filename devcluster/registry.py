@@ -94,8 +94,9 @@ def _private_dir(path: pathlib.Path) -> pathlib.Path:
 
 class Registry:
     """The registry of one cluster. `name` is what image references say, `endpoint` where it
-    listens (`127.0.0.1:PORT`); `authfile` and `cert_dir` are podman's `--authfile` and
-    `--cert-dir` for it; `push()` puts a podman image there and returns its digest."""
+    listens (`127.0.0.1:PORT`); `username` and `password` its one user's credentials; `authfile`
+    and `cert_dir` are podman's `--authfile` and `--cert-dir` for it; `push()` puts a podman
+    image there and returns its digest."""
 
     def __init__(self, plane: harness.ControlPlane, *, bin_dir: pathlib.Path, name: str = DEFAULT_NAME) -> None:
         self.plane = plane
@@ -104,6 +105,7 @@ class Registry:
         self.dir = pathlib.Path(plane.workdir) / "registry"
         self.ca_file = plane.ca_file
         self.endpoint = f"127.0.0.1:{harness.free_port()}"
+        self.username = USER
         self.password = secrets.token_urlsafe(32)
         self.authfile = self.dir / "auth.json"
         self.cert_dir = self.dir / "client-certs"
@@ -119,6 +121,7 @@ class Registry:
             raise RegistryError(f"no registry in {workdir} (is the cluster up? `toolkit cluster up`)") from None
         registry = cls.__new__(cls)
         registry.name, registry.endpoint, registry.password = saved["name"], saved["endpoint"], saved["password"]
+        registry.username = USER
         registry.dir = workdir / "registry"
         registry.ca_file = saved["ca_file"]
         registry.authfile = registry.dir / "auth.json"
@@ -191,7 +194,7 @@ class Registry:
 
     def authorization(self) -> str:
         """The value of the Authorization header every request needs."""
-        return "Basic " + base64.b64encode(f"{USER}:{self.password}".encode()).decode()
+        return "Basic " + base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
 
     def request(self, path: str, *, authenticated: bool, method: str = "GET") -> int:
         """The HTTP status of one request to the registry's API (TLS checked against the cluster's CA)."""
