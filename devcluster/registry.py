@@ -164,7 +164,11 @@ class Registry:
         self.process = node._NodeProcess("registry", [str(self.binary), "serve", str(self.dir / "config.yml")],
                                          pathlib.Path(self.plane.log_dir), env=env, lock_fd=-1)
         self.process.start()
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
