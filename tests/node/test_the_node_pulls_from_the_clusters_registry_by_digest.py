@@ -73,9 +73,10 @@ def test_no_pull_or_push_without_the_password(node_cluster: stack_mod.Stack, tmp
     assert registry.request("/v2/coredns/blobs/uploads/", authenticated=False, method="POST") == 401
 
     # A real client with no credentials (or wrong ones) is refused both ways.
-    wrong = tmp_path / "auth.json"
+    none, wrong = tmp_path / "none.json", tmp_path / "wrong.json"
+    none.write_text(json.dumps({"auths": {}}))
     wrong.write_text(json.dumps({"auths": {registry.endpoint: {"auth": "ZGlzcGF0Y2g6d3Jvbmc="}}}))  # dispatch:wrong
-    for authfile in (tmp_path / "none.json", wrong):
+    for authfile in (none, wrong):
         pushed = images._podman("push", "--authfile", str(authfile), "--cert-dir", str(registry.cert_dir),
                                 kit.BUSYBOX, f"docker://{registry.endpoint}/coredns:1.15.0", timeout=120)
         assert pushed.returncode != 0 and "unauthorized" in pushed.stderr.lower(), pushed.stderr
