@@ -111,7 +111,7 @@ def test_deployment_and_service_controllers_run_as_on_any_cluster(
                                                "spec": {"selector": labels, "ports": [{"port": 80}]}})
     [replica_set] = wait_for("the ReplicaSet", lambda: apps.list_namespaced_replica_set(namespace).items)
     assert replica_set.metadata.owner_references[0].uid == created.metadata.uid
-    pods = wait_for("two pods", lambda: (p := core.list_namespaced_pod(namespace).items) if len(p) == 2 else None)
+    pods = wait_for("two pods", lambda: p if len(p := core.list_namespaced_pod(namespace).items) == 2 else None)
     assert {p.metadata.owner_references[0].uid for p in pods} == {replica_set.metadata.uid}
     wait_for("the Service's EndpointSlice", lambda: discovery.list_namespaced_endpoint_slice(
         namespace, label_selector="kubernetes.io/service-name=web").items)
