@@ -41,6 +41,7 @@ controlplane: deps
 
 controllers: deps
 	bash devcluster/build-controllers.sh
+	bash devcluster/build-controllers.sh services
 
 # The S3 and GCS servers the checkpoint fence is tested and benched against (devcluster/objectstores.py).
 objectstores: deps

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Builds the controllers the end-to-end suite runs for real - Kubeflow
-# Trainer's controller manager, JobSet's controller, Kueue's manager, kwok (for
-# scale tests only) and the node's container runtime, containerd with its runc
-# shim and its ctr client -
-# from their own Go modules at pinned versions into a cache outside the repo,
-# and does nothing when the cache already holds that exact set.
+# Builds, from their own Go modules at pinned versions into a cache outside the
+# repo, one of two sets, and does nothing when the cache already holds it:
+# - `controllers` (the default): the controllers the end-to-end suite runs for
+#   real - Kubeflow Trainer's controller manager, JobSet's controller, Kueue's
+#   manager, kwok (for scale tests only) - and the node's container runtime,
+#   containerd with its runc shim and its ctr client;
+# - `services`: the local cluster's own services - CoreDNS (its DNS, run as a
+#   pod) and the container registry the node pulls from (distribution's
+#   `registry`).
 #
 # Invariants:
 # - Each binary is built inside that release's own module directory, as
@@ -13,17 +16,18 @@
 #   wrapper module can drift. The checksum database pins each version's
 #   source. (`go install M/PKG@V` would do the same but asks the proxy for the
 #   module's version list, which it refuses for some of these modules.)
-# - The versions live in the table below only; the cache directory is named by
-#   a hash of the table, so a bump builds into a fresh directory.
+# - The versions live in the tables below only; each set's cache directory is
+#   named by a hash of its table, so a bump builds into a fresh directory.
 # - A binary's stamp is written after it is built: an interrupted build redoes
 #   only what has no stamp.
 #
+# Usage: build-controllers.sh [controllers|services]
 # Prints the bin directory on stdout as its last line; progress goes to stderr.
 # Env: DISPATCH_K8S_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/dispatch-k8s).
 set -euo pipefail
 
 # binary  module@version  main package inside the module
-table='
+controllers='
 trainer-controller-manager github.com/kubeflow/trainer/v2@v2.3.0 ./cmd/trainer-controller-manager
 jobset-controller sigs.k8s.io/jobset@v0.12.0 .
 kueue sigs.k8s.io/kueue@v0.19.2 ./cmd/kueue
@@ -32,11 +36,20 @@ containerd github.com/containerd/containerd/v2@v2.4.2 ./cmd/containerd
 containerd-shim-runc-v2 github.com/containerd/containerd/v2@v2.4.2 ./cmd/containerd-shim-runc-v2
 ctr github.com/containerd/containerd/v2@v2.4.2 ./cmd/ctr
 '
+services='
+coredns github.com/coredns/coredns@v1.15.0 .
+registry github.com/distribution/distribution/v3@v3.1.2 ./cmd/registry
+'
+case ${1:-controllers} in
+  controllers) table=$controllers prefix=e2e ;;
+  services) table=$services prefix=services ;;
+  *) echo "build-controllers.sh: unknown set ${1} (controllers or services)" >&2; exit 2 ;;
+esac
 
 command -v go >/dev/null || { echo "build-controllers.sh: go is not installed (need go >= 1.26)" >&2; exit 1; }
 
 cache_root=${DISPATCH_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dispatch-k8s}
-bin_dir=$cache_root/e2e-$(printf '%s' "$table" | sha256sum | cut -c1-12)/bin
+bin_dir=$cache_root/$prefix-$(printf '%s' "$table" | sha256sum | cut -c1-12)/bin
 mkdir -p "$bin_dir"
 # One build at a time per cache (make test and a fixture may both ask).
 exec 9>"$bin_dir/.lock"

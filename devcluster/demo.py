@@ -245,19 +245,23 @@ def main() -> int:
     start = time.monotonic()
     controllers_bin = stack_mod.build_binaries()
     say(f"  Trainer, JobSet, Kueue, containerd: {controllers_bin} ({time.monotonic() - start:.1f}s)")
+    start = time.monotonic()
+    services_bin = local.services_bin()
+    say(f"  CoreDNS, the registry: {services_bin} ({time.monotonic() - start:.1f}s)")
     running: stack_mod.Stack | None = None
     marks = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-demo-marks-"))
     try:
         say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, then Trainer, JobSet, "
-            "Kueue (webhooks served on 127.0.0.1) and our controller, then the node: containerd, kubelet, "
-            "kube-proxy")
+            "Kueue (webhooks served on 127.0.0.1) and our controller, then the registry and the node: containerd, "
+            "kubelet, kube-proxy, and CoreDNS on it")
         running = local.start(plane_bin=plane_bin, controllers=controllers_bin)
         if running.swept:
             say(f"  cleaned up after an earlier node first: {'; '.join(running.swept)}")
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
         with running.plane.api_client() as api:
             harness.create_namespace(api, namespace)
-        say(f"cluster up: node {node_mod.NODE_NAME} Ready (kubelet + containerd), namespace {namespace}")
+        say(f"cluster up: node {node_mod.NODE_NAME} Ready (kubelet + containerd), CoreDNS serving "
+            f"{node_mod.CLUSTER_DOMAIN}, registry {running.node.registry.name}; namespace {namespace}")
         jobs = _story(running, namespace, namespace, marks)
         demo_dispatch.stage(running, namespace)
         ok = _table(jobs)

@@ -3,10 +3,12 @@
 etcd, kube-apiserver, kube-controller-manager and (optionally) kube-scheduler,
 built by build.sh from the pinned Go module beside this file, run on loopback
 with fresh ports, a fresh CA and fresh service-account signing keys, the way
-controller-runtime's envtest runs them, plus the controllers envtest leaves out
-(Job, garbage collector, TTL-after-finished, service accounts and their tokens,
-namespace deletion). There are no kubelets: pods stay Pending unless a test
-writes their status through the status subresource.
+controller-runtime's envtest runs them, plus the controllers envtest leaves out:
+the controller manager's default set (Deployments, ReplicaSets, Jobs,
+EndpointSlices, garbage collector, TTL-after-finished, service accounts and their
+tokens, namespace deletion, ...). Without a node (devcluster/node.py) there are
+no kubelets: pods stay Pending unless a test writes their status through the
+status subresource.
 
 Invariants:
 - Every process runs in its own process group and is killed as a group by
@@ -68,20 +70,12 @@ TRAINER_MODULE = CRD_SOURCES[0]
 
 KCM_QPS = 400  # kube-controller-manager's client rate limit (requests/s); the burst is twice it
 
-# Controllers the tests rely on, by their kube-controller-manager names.
-CONTROLLERS = (
-    "job-controller",
-    "garbage-collector-controller",
-    "ttl-after-finished-controller",
-    "serviceaccount-token-controller",
-    "serviceaccount-controller",
-    "root-ca-certificate-publisher-controller",
-    "namespace-controller",
-)
-
-# With a real node, also the node-lifecycle controller: it lifts the not-ready taint the apiserver
-# puts on a new Node once the kubelet reports Ready (without it nothing schedules there).
-NODE_CONTROLLERS = ("node-lifecycle-controller",)
+# kube-controller-manager's default set (`*`: Deployments, ReplicaSets, StatefulSets, DaemonSets,
+# Jobs, EndpointSlices, the garbage collector, ServiceAccounts and their tokens, namespaces, node
+# lifecycle, ...), as on any cluster. A plane without a real node leaves out node lifecycle: no
+# kubelet reports there, and the nodes it has (kwok's, in benches) are kept Ready by their simulator.
+CONTROLLERS = "*"
+NO_NODE_CONTROLLERS = "*,-node-lifecycle-controller"
 
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"  # the kubernetes Service's ClusterIP: the first address of SERVICE_CIDR
@@ -497,7 +491,7 @@ class ControlPlane:
             "--bind-address=127.0.0.1", "--secure-port=0",  # no serving endpoint needed
             "--leader-elect=false",
             "--use-service-account-credentials=true",
-            f"--controllers={','.join(CONTROLLERS + (NODE_CONTROLLERS if self.node_ip else ()))}",
+            f"--controllers={CONTROLLERS if self.node_ip else NO_NODE_CONTROLLERS}",
             f"--service-account-private-key-file={pki.path('sa.key')}",
             f"--root-ca-file={self.ca_file}",
             # Its client's default 20 requests/s let the garbage collector delete about 13 owned objects a

@@ -1,15 +1,17 @@
 """The local cluster for a person: `toolkit cluster up|down|status`.
 
 `up` starts the control plane, the real controllers (Trainer, JobSet, Kueue with its TrainJob
-integration, our admission-check controller) and one real node (devcluster/node.py: the kubelet
-and kube-proxy of the same release, containerd, runc) in the background, writes the admin
+integration, our admission-check controller), the cluster's registry (devcluster/registry.py), one
+real node (devcluster/node.py: the kubelet and kube-proxy of the same release, containerd, runc)
+and CoreDNS on it (devcluster/dns.py) in the background, writes the admin
 kubeconfig and records every process group in `<state>/pids.json`; `down` deletes the pods (so
 the kubelet tears each one down), kills those groups and sweeps the host clean; `status` says
 whether the recorded processes live.
 
 `start` is the one way a cluster comes up, for `up`, `make demo` and the e2e tests alike: the
 host's node slot (one node per host), a sweep of anything an earlier node left (a crash, a
-SIGKILL), the node address, the control plane, the controllers on it, then the node; if any
+SIGKILL), the node address, the control plane, the controllers on it, then the registry and the
+node, then the cluster's DNS; if any
 step fails, what it started is stopped and the host swept before the error goes on.
 
 Invariants: at most one cluster per state directory (a second `up` is refused while a process
@@ -28,7 +30,7 @@ import os
 import pathlib
 import shutil
 
-from devcluster import harness, node as node_mod, stack as stack_mod
+from devcluster import dns, harness, node as node_mod, registry as registry_mod, stack as stack_mod
 
 # The images the local cluster's pods use, moved from podman's store into the node's containerd.
 # The sidecar the local cluster's runtimes name (render.runtime's sidecar_image): this checkout's build.
@@ -85,17 +87,26 @@ class Status:
     dead: list[str]
 
 
+def services_bin() -> pathlib.Path:
+    """Run build-controllers.sh for the cluster's services (CoreDNS, the registry); their bin dir."""
+    return stack_mod.build_binaries("services")
+
+
 def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
           workdir: pathlib.Path | None = None, detach: bool = False, wait_for_node: bool = True,
-          images: tuple[str, ...] = NODE_IMAGES) -> stack_mod.Stack:
+          images: tuple[str, ...] = NODE_IMAGES, registry_name: str = registry_mod.DEFAULT_NAME) -> stack_mod.Stack:
     """Start the control plane, the controllers on it (Trainer and JobSet unless not TRAINING;
-    Kueue and ours too if KUEUE) and the real node; return the Stack (its `plane` and `node`
-    attributes are the other two). The caller stops the Stack (which stops the node), then the plane.
+    Kueue and ours too if KUEUE), the registry (named REGISTRY_NAME in image references), the
+    real node, and CoreDNS on it; return the Stack (its `plane` and `node` attributes are the
+    other two; `node.registry` is the registry). The caller stops the Stack (which stops the node
+    and the registry), then the plane.
 
     WAIT_FOR_NODE: wait while another cluster's node holds this host (tests), else refuse at once.
     On any failure, stops what it started and sweeps the host, then re-raises."""
+    registry_mod.check_name(registry_name)
     plane_bin = plane_bin or harness.build_binaries()
     controllers = controllers or stack_mod.build_binaries()
+    services = services_bin()
     # The slot first: another cluster's kubelet holds the node's ports until it is done with them.
     lock = node_mod.host_lock(wait=NODE_WAIT_SECONDS if wait_for_node else 0)
     try:
@@ -116,9 +127,11 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         node_mod.prepare_host()
         plane.start()
         running = stack_mod.Stack(plane, kueue=kueue, training=training, bin_dir=controllers).start()
+        registry = registry_mod.Registry(plane, bin_dir=services, name=registry_name)
         node = node_mod.Node(plane, plane_bin=plane_bin, controllers_bin=controllers, images=images,
-                             cache=cache_dir(), lock_fd=lock)
+                             cache=cache_dir(), lock_fd=lock, registry=registry)
         running.node = node.start()
+        dns.install(plane, registry, bin_dir=services)
         running.swept = swept
         return running
     except BaseException:
@@ -135,9 +148,10 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
 class Up:
     kubeconfig: pathlib.Path
     swept: list[str]  # what an earlier cluster had left on the host (a crash), removed first
+    registry: registry_mod.Registry  # the cluster's registry, to push to (`Registry.open(state)` later)
 
 
-def up() -> Up:
+def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
     """Start everything in the background; return the kubeconfig path and what was swept first.
 
     A state dir whose recorded processes are all dead is an earlier cluster that crashed (or was
@@ -153,7 +167,7 @@ def up() -> Up:
         plane_bin = harness.build_binaries()
         controllers = stack_mod.build_binaries()
         running = start(plane_bin=plane_bin, controllers=controllers, workdir=state, detach=True,
-                        wait_for_node=False)
+                        wait_for_node=False, registry_name=registry_name)
     except (harness.HarnessError, OSError) as e:
         shutil.rmtree(state, ignore_errors=True)
         raise ClusterError(str(e).splitlines()[0]) from None
@@ -164,7 +178,8 @@ def up() -> Up:
     tmp = state / "pids.json.tmp"
     tmp.write_text(json.dumps(groups))
     tmp.replace(state / "pids.json")
-    return Up(kubeconfig=pathlib.Path(running.plane.kubeconfig), swept=list(running.swept))
+    return Up(kubeconfig=pathlib.Path(running.plane.kubeconfig), swept=list(running.swept),
+              registry=running.node.registry)
 
 
 def status() -> Status:

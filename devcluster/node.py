@@ -22,9 +22,13 @@ Invariants:
 - Nothing of the host's own is touched beyond that record: the node's cgroups live under
   `CGROUP_ROOT`, its netns mounts under its containerd state dir, its CNI leases under its own
   data dir, its sockets and state under `RUN_DIR`; containerd reads no host config (imports = []).
-- Images come from podman's store, never a registry: each one a pod uses is saved from podman and
-  imported into containerd's `k8s.io` namespace when its podman image id differs from the one last
-  imported (containerd's root is kept in the cache, like the binaries, so that is usually never).
+- Images reach containerd two ways. Those named by the cluster's registry
+  (`registry.dispatch.test/...@sha256:...`, devcluster/registry.py) are pulled by the kubelet, as on
+  any node: containerd's registry configuration (`hosts.toml` under the node's own config dir) maps
+  that name to the registry, with its CA and credentials. The local images the suites' pods name
+  (`localhost/...`) are saved from podman and imported into containerd's `k8s.io` namespace when
+  their podman image id differs from the one last imported (containerd's root is kept in the
+  cache, like the binaries, so that is usually never).
 
 The node address: the kubelet refuses a loopback node IP, and the host's own address may be
 anything (or nothing). The node takes `NODE_IP`, from the range RFC 2544 sets aside for
@@ -68,6 +72,10 @@ LOCK_FILE = pathlib.Path("/run/dispatch-k8s/node.lock")
 CNI_BIN_DIR = pathlib.Path("/usr/lib/cni")
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
 PAUSE_IMAGE = "localhost/dispatch-base/pause:1"
+# The cluster DNS Service's ClusterIP (devcluster/dns.py), in the control plane's Service range, and
+# the domain it serves: what the kubelet writes into each pod's resolv.conf.
+CLUSTER_DNS_IP = "10.0.0.10"
+CLUSTER_DOMAIN = "cluster.local"
 # The sysctls the kubelet sets on start (kernel defaults it protects); put back by sweep().
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 IPTABLES_TABLES = ("filter", "nat", "mangle")
@@ -193,6 +201,14 @@ def _write_record(record: dict[str, Any]) -> None:
     tmp = HOST_RECORD.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
     tmp.replace(HOST_RECORD)
+
+
+def record_group(name: str, pgid: int) -> None:
+    """Add a started process group to the host record, for the sweep to kill (a node component,
+    or a service of the cluster the node runs beside, such as its registry)."""
+    record = _read_record()
+    record.setdefault("groups", {})[name] = pgid
+    _write_record(record)
 
 
 def _run(*argv: str, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -380,11 +396,14 @@ def prepare_host() -> None:
 
 
 class Node:
-    """containerd, the kubelet and kube-proxy for PLANE (started with `node_ip=NODE_IP`)."""
+    """containerd, the kubelet and kube-proxy for PLANE (started with `node_ip=NODE_IP`), and the
+    cluster's registry (devcluster/registry.py) when one is given: started before containerd,
+    which pulls from it by its name, and stopped after it."""
 
     def __init__(self, plane: harness.ControlPlane, *, plane_bin: pathlib.Path, controllers_bin: pathlib.Path,
-                 images: tuple[str, ...], cache: pathlib.Path, lock_fd: int) -> None:
+                 images: tuple[str, ...], cache: pathlib.Path, lock_fd: int, registry: Any = None) -> None:
         self.plane = plane
+        self.registry = registry
         self.lock_fd = lock_fd
         self.plane_bin = plane_bin
         self.controllers_bin = controllers_bin
@@ -403,6 +422,9 @@ class Node:
     def start(self) -> Node:
         try:
             self._configure()
+            if self.registry is not None:
+                self.registry.start()
+                self._adopt("registry", self.registry.process)
             self._start_containerd()
             self._import_images()
             self._start_kubelet()
@@ -419,7 +441,7 @@ class Node:
         if pods and "kubelet" in self._procs:
             with contextlib.suppress(Exception):
                 self._delete_all_pods()
-        for name in ("kube-proxy", "kubelet", "containerd"):
+        for name in ("kube-proxy", "kubelet", "containerd", "registry"):
             if name in self._procs:
                 self._procs[name].stop()
         try:
@@ -450,9 +472,12 @@ class Node:
     def _record_group(self, name: str, proc: harness._Process) -> None:
         assert proc.popen is not None
         self.started.append((name, proc.popen.pid))
-        record = _read_record()
-        record.setdefault("groups", {})[name] = proc.popen.pid
-        _write_record(record)
+        record_group(name, proc.popen.pid)
+
+    def _adopt(self, name: str, proc: harness._Process) -> None:
+        """A process started elsewhere (the registry), stopped, checked and swept with the node's."""
+        self._procs[name] = proc
+        self._record_group(name, proc)
 
     def _run_process(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> harness._Process:
         holds_lock = name in ("kubelet", "kube-proxy")
@@ -481,6 +506,9 @@ class Node:
                 {"type": "loopback"},
             ],
         }, indent=1))
+        (self.config_dir / "registry-hosts").mkdir(mode=0o700, exist_ok=True)
+        if self.registry is not None:
+            self.registry.containerd_hosts(self.config_dir / "registry-hosts")
         (self.config_dir / "containerd.toml").write_text(self._containerd_config(cni_dir))
 
     def _make_cgroup_root(self) -> None:
@@ -497,6 +525,9 @@ class Node:
                         (directory / f).write_text((directory.parent / f).read_text())
 
     def _containerd_config(self, cni_dir: pathlib.Path) -> str:
+        # Registry hosts from our own directory only (one hosts.toml per registry name); without a
+        # registry, an empty directory: nothing is pulled, every image is imported.
+        hosts_dir = self.config_dir / "registry-hosts"
         return f"""version = 3
 root = '{self.containerd_root}'
 state = '{self.containerd_state}'
@@ -513,6 +544,8 @@ imports = []
     snapshotter = 'overlayfs'
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = '{PAUSE_IMAGE}'
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = '{hosts_dir}'
 
   [plugins.'io.containerd.cri.v1.runtime']
     # Some hosts (this project's CI VMs among them) withhold CAP_SYS_RESOURCE: runc cannot then
@@ -608,7 +641,9 @@ imports = []
                              "nodefs.inodesFree": "1%"},
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
-            "clusterDomain": "cluster.local",
+            # The cluster's DNS (devcluster/dns.py): pods resolve Services by name.
+            "clusterDNS": [CLUSTER_DNS_IP],
+            "clusterDomain": CLUSTER_DOMAIN,
             "resolvConf": "",
             "registerNode": True,
             "syncFrequency": "10s",
@@ -646,6 +681,9 @@ imports = []
             f"--hostname-override={NODE_NAME}",
             "--proxy-mode=iptables",
             f"--cluster-cidr={POD_CIDR}",
+            # A pod reaching a Service whose endpoint is a pod on the same bridge (CoreDNS, any
+            # Deployment) gets its reply through the node, whatever the host's br_netfilter settings.
+            "--masquerade-all",
             f"--metrics-bind-address=127.0.0.1:{harness.free_port()}",
             f"--healthz-bind-address=127.0.0.1:{harness.free_port()}",
             # Leave the host's conntrack table sizes and timeouts as they are.

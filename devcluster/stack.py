@@ -72,11 +72,13 @@ KUEUE_WEBHOOK_RESOURCES = {
 }
 
 
-def build_binaries() -> pathlib.Path:
-    """Run build-controllers.sh (a no-op when cached) and return the bin dir it prints."""
-    proc = subprocess.run(["bash", str(HERE / "build-controllers.sh")], stdout=subprocess.PIPE, text=True, check=False)
+def build_binaries(binaries: str = "controllers") -> pathlib.Path:
+    """Run build-controllers.sh for the set BINARIES (`controllers`, or `services`: CoreDNS and the
+    registry); a no-op when cached. Returns the bin dir it prints."""
+    proc = subprocess.run(["bash", str(HERE / "build-controllers.sh"), binaries], stdout=subprocess.PIPE, text=True,
+                          check=False)
     if proc.returncode != 0:
-        raise harness.HarnessError(f"devcluster/build-controllers.sh failed with exit {proc.returncode}")
+        raise harness.HarnessError(f"devcluster/build-controllers.sh {binaries} failed with exit {proc.returncode}")
     return pathlib.Path(proc.stdout.strip().splitlines()[-1])
 
 

@@ -27,21 +27,35 @@ def cluster() -> None:
     """
 
 
+def _registry_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from devcluster import registry
+    try:
+        return registry.check_name(value)
+    except registry.RegistryError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+
+
 @cluster.command("up")
-def up_cmd() -> None:
+@click.option("--registry-name", default="registry.dispatch.test", show_default=True, callback=_registry_name,
+              help="The name image references give the cluster's registry (a DNS name under .test).")
+def up_cmd(registry_name: str) -> None:
     """Build (cached) and start the local cluster in the background; print the shell lines that use it.
 
     Prints `export KUBECONFIG=...` and `export PATH=...` (a directory holding the kubectl built
     from the cluster's own Kubernetes release): `eval "$(toolkit cluster up)"` sets both."""
     local = _local()
     try:
-        started = local.up()
+        started = local.up(registry_name=registry_name)
     except local.ClusterError as e:
         raise cli.with_context(click.ClickException(str(e))) from None
     kubeconfig = started.kubeconfig
     if started.swept:
         click.echo(f"cleaned up after an earlier cluster first: {'; '.join(started.swept)}", err=True)
     click.echo(f"cluster up; logs in {kubeconfig.parent / 'logs'}; stop with `toolkit cluster down`", err=True)
+    reg = started.registry
+    click.echo(f"its registry {reg.name} is at {reg.endpoint}: podman push --authfile {reg.authfile} --cert-dir "
+               f"{reg.cert_dir} IMAGE docker://{reg.endpoint}/REPOSITORY:TAG, then run {reg.name}/REPOSITORY@DIGEST",
+               err=True)
     click.echo(f"export KUBECONFIG={kubeconfig}")
     click.echo(f'export PATH={kubeconfig.parent / "bin"}:"$PATH"')
 

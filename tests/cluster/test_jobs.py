@@ -1,4 +1,5 @@
-"""The controller manager really runs: Job controller, garbage collector, TTL.
+"""The controller manager really runs its default controllers: Job, garbage collector, TTL,
+Deployment and ReplicaSet, EndpointSlice.
 
 There are no kubelets, so pods stay Pending; a test that needs a finished pod
 writes its phase through the status subresource, as a kubelet would.
@@ -91,3 +92,26 @@ def test_finished_job_with_ttl_is_deleted(api_client: kubernetes.client.ApiClien
     wait_for("the finished Job deleted by the TTL controller",
              lambda: harness.gone(lambda: batch.read_namespaced_job("once", namespace)))
     wait_for("its pod deleted with it", lambda: not pods_of(core, namespace, "once"))
+
+
+def test_deployment_and_service_controllers_run_as_on_any_cluster(
+        api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    """The controller manager runs its default set: a Deployment gets a ReplicaSet and that its pods
+    (Pending here: no node), a Service its EndpointSlice."""
+    apps = kubernetes.client.AppsV1Api(api_client)
+    core = kubernetes.client.CoreV1Api(api_client)
+    discovery = kubernetes.client.DiscoveryV1Api(api_client)
+    labels = {"app": "web"}
+    created = apps.create_namespaced_deployment(namespace, {
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "c", "image": "unused"}]}}}})
+    core.create_namespaced_service(namespace, {"metadata": {"name": "web"},
+                                               "spec": {"selector": labels, "ports": [{"port": 80}]}})
+    [replica_set] = wait_for("the ReplicaSet", lambda: apps.list_namespaced_replica_set(namespace).items)
+    assert replica_set.metadata.owner_references[0].uid == created.metadata.uid
+    pods = wait_for("two pods", lambda: p if len(p := core.list_namespaced_pod(namespace).items) == 2 else None)
+    assert {p.metadata.owner_references[0].uid for p in pods} == {replica_set.metadata.uid}
+    wait_for("the Service's EndpointSlice", lambda: discovery.list_namespaced_endpoint_slice(
+        namespace, label_selector="kubernetes.io/service-name=web").items)

@@ -69,13 +69,16 @@ def test_up_status_down_a_whole_local_cluster(tmp_path: pathlib.Path) -> None:
             assert pod.status.phase == "Failed"
             assert pod.status.container_statuses[0].state.terminated.exit_code == 7
             assert core.read_namespaced_pod_log("hello", "default", container="main") == "hi from hello\n"
+        # `up` says how to push to the cluster's registry, whose state is in the state dir.
+        assert "its registry registry.dispatch.test is at 127.0.0.1:" in started.stderr
+        assert (tmp_path / "state" / "registry" / "registry.json").exists()
         again = cluster("up", env=env)
         assert again.returncode == 1 and again.stderr.count("\n") == 1, again.stderr
         assert "a cluster is already up" in again.stderr
         status = cluster("status", env=env)
         assert status.returncode == 0, status.stderr
         for name in ("kube-apiserver", "trainer-controller-manager", "jobset-controller", "kueue", "containerd",
-                     "kubelet", "kube-proxy"):
+                     "kubelet", "kube-proxy", "registry"):
             assert name in status.stdout
     finally:
         stopped = cluster("down", env=env)
@@ -104,3 +107,11 @@ def test_up_with_an_unwritable_cache_dir_is_one_line(tmp_path: pathlib.Path) -> 
     proc = cluster("up", env=env)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert f"cache dir {blocker / 'cache'} is not writable" in proc.stderr
+
+
+def test_up_with_a_registry_name_outside_test_is_refused_in_one_line(tmp_path: pathlib.Path) -> None:
+    env = {**os.environ, "DISPATCH_CLUSTER_STATE": str(tmp_path / "state")}
+    proc = cluster("up", "--registry-name", "registry.example.com", env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--registry-name" in proc.stderr and "under .test" in proc.stderr
+    assert not (tmp_path / "state").exists()
