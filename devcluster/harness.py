@@ -54,6 +54,8 @@ import kubernetes.client
 import kubernetes.config
 import yaml
 
+from devcluster import procs
+
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
 STATE_DIR = REPO / ".state" / "cluster"
@@ -808,7 +810,8 @@ def _up() -> int:
     shutil.rmtree(STATE_DIR, ignore_errors=True)
     plane = ControlPlane(workdir=STATE_DIR, detach=True)
     plane.start()
-    (STATE_DIR / "pids.json").write_text(json.dumps(plane.pids()))
+    groups = {name: {"pgid": pid, "id": procs.identity(pid) or ""} for name, pid in plane.pids().items()}
+    (STATE_DIR / "pids.json").write_text(json.dumps(groups))
     print(f"logs in {plane.log_dir}; stop with `make cluster-down`", file=sys.stderr)
     print(f"export KUBECONFIG={plane.kubeconfig}")
     return 0
@@ -817,8 +820,9 @@ def _up() -> int:
 def _down() -> int:
     pids_file = STATE_DIR / "pids.json"
     if pids_file.exists():
-        for pid in reversed(list(json.loads(pids_file.read_text()).values())):
-            _kill_group(pid)
+        # Each group only while it is the one recorded: a number read from a file may name anyone's now.
+        for group in reversed(list(json.loads(pids_file.read_text()).values())):
+            procs.stop_group(int(group["pgid"]), str(group["id"]), grace=STOP_GRACE_SECONDS)
     shutil.rmtree(STATE_DIR, ignore_errors=True)
     print("cluster down", file=sys.stderr)
     return 0

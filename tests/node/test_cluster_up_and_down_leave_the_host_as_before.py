@@ -94,6 +94,7 @@ def host(state: pathlib.Path) -> dict[str, Any]:
 @contextlib.contextmanager
 def the_slot() -> Iterator[None]:
     """The host's node slot, held (waiting for any other cluster's node to finish)."""
+    node.LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(node.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
