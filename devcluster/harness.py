@@ -459,7 +459,8 @@ class ControlPlane:
         # the host. It trusts a CA of its own, which signs only etcd's certificates and the
         # apiserver's client certificate (the plane's CA signs the kubelet's and others').
         etcd_pki = _Pki(self.workdir / "etcd-pki")
-        etcd_serving = etcd_pki.issue("etcd-server", subject="/CN=etcd", server=True)
+        # Client use too: etcd's HTTP gateway dials etcd's own gRPC server with this certificate.
+        etcd_serving = etcd_pki.issue("etcd-server", subject="/CN=etcd", server=True, client=True)
         etcd_peer = etcd_pki.issue("etcd-peer", subject="/CN=etcd-peer", server=True, client=True)
         self.etcd_ca_file = etcd_pki.path("ca.crt")
         self._etcd_client = etcd_pki.issue("apiserver-etcd-client", subject="/CN=kube-apiserver-etcd-client")
