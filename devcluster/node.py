@@ -758,8 +758,9 @@ imports = []
             f"--hostname-override={NODE_NAME}",
             "--proxy-mode=iptables",
             f"--cluster-cidr={POD_CIDR}",
-            # No metrics or health server: each would be a port any local user can read, unauthenticated.
-            "--metrics-port=0", "--healthz-port=0",
+            # No health server (a port any local user could read); the metrics server cannot be turned
+            # off (its address must be IP:port) nor authenticated: loopback, read-only counters.
+            f"--metrics-bind-address=127.0.0.1:{harness.free_port()}", "--healthz-port=0",
             # Leave the host's conntrack table sizes and timeouts as they are.
             "--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0s",
             "--conntrack-tcp-timeout-close-wait=0s",

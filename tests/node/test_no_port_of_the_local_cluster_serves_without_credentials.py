@@ -13,9 +13,11 @@ profiles. A port is:
 - health: 200 only on /healthz, /readyz, /livez or /version (what the apiserver shows anyone);
 - open: 200 on anything else.
 
-The only open port allowed is our controller's, whose /metrics are its own counters (no object
-names); health only where something asks it: the controllers' readiness probes, the apiserver
-and the scheduler (their public health paths). Not the kubelet's, not kube-proxy's.
+The only open ports allowed serve read-only counters with no object names: our controller's
+/metrics, and kube-proxy's, whose metrics server v1.37 can neither turn off (its address must be
+IP:port) nor authenticate. Health only where something asks it: the controllers' readiness
+probes, the apiserver and the scheduler (their public health paths). Not the kubelet's, not
+kube-proxy's.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ pytestmark = pytest.mark.cluster
 
 HEALTH = ("/healthz", "/readyz", "/livez", "/version")
 DATA = ("/metrics", "/api/v1/pods", "/pods", "/configz", "/debug/pprof/", "/stats/summary", "/v3/kv/range")
-ALLOWED_OPEN = {"dispatch-controller"}
+ALLOWED_OPEN = {"dispatch-controller", "kube-proxy"}
 ALLOWED_HEALTH = {"kube-apiserver", "kube-scheduler", "jobset-controller", "trainer-controller-manager", "kueue",
                   "dispatch-controller"}
 
