@@ -446,8 +446,8 @@ def sweep() -> list[str]:
             if path.read_text().strip() != value:
                 found.append(f"sysctl {key.replace('/', '.')}")
                 path.write_text(value)
-    if (VAR_DIR / VAR_MARKER).exists():
-        shutil.rmtree(VAR_DIR, ignore_errors=True)
+    # The record is ours (on our RUN_DIR, written before VAR_DIR was made), so VAR_DIR is ours too.
+    shutil.rmtree(VAR_DIR, ignore_errors=True)
     shutil.rmtree(RUN_DIR, ignore_errors=True)
     return found
 
