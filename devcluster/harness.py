@@ -56,6 +56,8 @@ import kubernetes.client
 import kubernetes.config
 import yaml
 
+from devcluster import procs
+
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
 STATE_DIR = REPO / ".state" / "cluster"
@@ -288,14 +290,14 @@ class _Pki:
         if proc.returncode != 0:
             raise HarnessError(f"openssl {args[0]} failed: {proc.stderr.strip()}")
 
-    def issue(self, name: str, *, subject: str, server: bool = False,
+    def issue(self, name: str, *, subject: str, server: bool = False, client: bool = False,
               sans: tuple[str, ...] = ()) -> tuple[str, str]:
         """Sign a key pair for `subject`; a server cert is valid for 127.0.0.1, localhost and SANS
-        (each `IP:<address>` or `DNS:<name>`)."""
+        (each `IP:<address>` or `DNS:<name>`), and for client use too if CLIENT (a peer's)."""
         self._openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{name}.key")
         self._openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr")
         ext = self.dir / f"{name}.ext"
-        usage = "serverAuth" if server else "clientAuth"
+        usage = ",".join((["serverAuth"] if server else []) + (["clientAuth"] if client or not server else []))
         lines = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature", f"extendedKeyUsage={usage}"]
         if server:
             lines.append("subjectAltName=" + ",".join(("IP:127.0.0.1", "DNS:localhost", "DNS:kubernetes.default.svc",
@@ -406,6 +408,8 @@ class ControlPlane:
         self._detach = detach
         self._procs: dict[str, _Process] = {}
         self.etcd_url = ""
+        self.etcd_ca_file = ""
+        self._etcd_client: tuple[str, str] = ("", "")
         self.server = ""
         self.ca_file = ""
         self.kubeconfig = ""
@@ -442,24 +446,38 @@ class ControlPlane:
         sched_cert = pki.issue("scheduler", subject="/CN=system:kube-scheduler")
 
         client_port, peer_port, api_port = free_port(), free_port(), free_port()
-        self.etcd_url = f"http://127.0.0.1:{client_port}"
+        self.etcd_url = f"https://127.0.0.1:{client_port}"
         self.server = f"https://{self.node_ip or '127.0.0.1'}:{api_port}"
-        peer = f"http://127.0.0.1:{peer_port}"
+        peer = f"https://127.0.0.1:{peer_port}"
+        # etcd holds every object, so whoever can write to it owns the cluster and, with a node,
+        # the host. It trusts a CA of its own, which signs only etcd's certificates and the
+        # apiserver's client certificate (the plane's CA signs the kubelet's and others').
+        etcd_pki = _Pki(self.workdir / "etcd-pki")
+        # Client use too: etcd's HTTP gateway dials etcd's own gRPC server with this certificate.
+        etcd_serving = etcd_pki.issue("etcd-server", subject="/CN=etcd", server=True, client=True)
+        etcd_peer = etcd_pki.issue("etcd-peer", subject="/CN=etcd-peer", server=True, client=True)
+        self.etcd_ca_file = etcd_pki.path("ca.crt")
+        self._etcd_client = etcd_pki.issue("apiserver-etcd-client", subject="/CN=kube-apiserver-etcd-client")
         self._add("etcd", [
             str(binary("etcd", self.bin_dir)),
             "--name=default",
             f"--data-dir={self.workdir / 'etcd'}",
             f"--listen-client-urls={self.etcd_url}", f"--advertise-client-urls={self.etcd_url}",
+            f"--cert-file={etcd_serving[0]}", f"--key-file={etcd_serving[1]}",
+            "--client-cert-auth=true", f"--trusted-ca-file={self.etcd_ca_file}",
             f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
             f"--initial-cluster=default={peer}",
+            f"--peer-cert-file={etcd_peer[0]}", f"--peer-key-file={etcd_peer[1]}",
+            "--peer-client-cert-auth=true", f"--peer-trusted-ca-file={self.etcd_ca_file}",
             "--unsafe-no-fsync=true",  # test data: durability is not the point, speed is
             "--log-level=warn",
         ]).start()
-        self._wait_http("etcd", f"{self.etcd_url}/health", context=None)
+        self._wait_http("etcd", f"{self.etcd_url}/health", context=self._etcd_context())
 
         self._add("kube-apiserver", [
             str(binary("kube-apiserver", self.bin_dir)),
-            f"--etcd-servers={self.etcd_url}",
+            f"--etcd-servers={self.etcd_url}", f"--etcd-cafile={self.etcd_ca_file}",
+            f"--etcd-certfile={self._etcd_client[0]}", f"--etcd-keyfile={self._etcd_client[1]}",
             f"--secure-port={api_port}",
             *self._address_flags(),
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
@@ -575,7 +593,7 @@ class ControlPlane:
             raise HarnessError(f"{name} is already running")
         proc.start()
         if name == "etcd":
-            self._wait_http("etcd", f"{self.etcd_url}/health", context=None)
+            self._wait_http("etcd", f"{self.etcd_url}/health", context=self._etcd_context())
             if self._procs["kube-apiserver"].popen is not None:
                 self._wait_apiserver()  # back on its storage
         elif name == "kube-apiserver":
@@ -589,6 +607,11 @@ class ControlPlane:
     def _ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=self.ca_file)
         context.load_cert_chain(*self._admin_cert)
+        return context
+
+    def _etcd_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.etcd_ca_file)
+        context.load_cert_chain(*self._etcd_client)
         return context
 
     def _wait_http(self, component: str, url: str, *, context: ssl.SSLContext | None) -> None:
@@ -682,7 +705,7 @@ class ControlPlane:
     def _etcd_post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=self._etcd_context()) as response:
             return dict(json.load(response))
 
     def logs(self, *, lines: int = 40) -> str:
@@ -782,7 +805,8 @@ def _up() -> int:
     shutil.rmtree(STATE_DIR, ignore_errors=True)
     plane = ControlPlane(workdir=STATE_DIR, detach=True)
     plane.start()
-    (STATE_DIR / "pids.json").write_text(json.dumps(plane.pids()))
+    groups = {name: {"pgid": pid, "id": procs.identity(pid) or ""} for name, pid in plane.pids().items()}
+    (STATE_DIR / "pids.json").write_text(json.dumps(groups))
     print(f"logs in {plane.log_dir}; stop with `make cluster-down`", file=sys.stderr)
     print(f"export KUBECONFIG={plane.kubeconfig}")
     return 0
@@ -791,8 +815,9 @@ def _up() -> int:
 def _down() -> int:
     pids_file = STATE_DIR / "pids.json"
     if pids_file.exists():
-        for pid in reversed(list(json.loads(pids_file.read_text()).values())):
-            _kill_group(pid)
+        # Each group only while it is the one recorded: a number read from a file may name anyone's now.
+        for group in reversed(list(json.loads(pids_file.read_text()).values())):
+            procs.stop_group(int(group["pgid"]), str(group["id"]), grace=STOP_GRACE_SECONDS)
     shutil.rmtree(STATE_DIR, ignore_errors=True)
     print("cluster down", file=sys.stderr)
     return 0

@@ -4,22 +4,25 @@
 integration, our admission-check controller), the cluster's registry (devcluster/registry.py), one
 real node (devcluster/node.py: the kubelet and kube-proxy of the same release, containerd, runc)
 and CoreDNS on it (devcluster/dns.py) in the background, writes the admin
-kubeconfig and records every process group in `<state>/pids.json`; `down` deletes the pods (so
-the kubelet tears each one down), kills those groups and sweeps the host clean; `status` says
-whether the recorded processes live.
+kubeconfig and records every process group with its leader's identity (devcluster/procs.py) in
+`<state>/pids.json`; `down` deletes the pods (so the kubelet tears each one down), stops those
+groups that are still the ones recorded and sweeps the host clean if the node it records is this
+cluster's; `status` says whether the recorded processes live.
 
 `start` is the one way a cluster comes up, for `up`, `make demo` and the e2e tests alike: the
-host's node slot (one node per host), a sweep of anything an earlier node left (a crash, a
-SIGKILL), the node address, the control plane, the controllers on it, then the registry and the
-node, then the cluster's DNS; if any
-step fails, what it started is stopped and the host swept before the error goes on.
+host's node slot (one node per host), the refusal of a host that runs a kubelet or kube-proxy of
+its own, a sweep of anything an earlier node left (a crash, a SIGKILL), the node address, the
+control plane, the controllers on it, then the registry and the node, then the cluster's DNS; if
+any step fails, what it started is stopped and the host swept before the error goes on.
 
 Invariants: at most one cluster per state directory (a second `up` is refused while a process
 recorded in `pids.json` lives; with all of them dead it is a crashed cluster, cleaned up first)
-and one node per host (devcluster/node.py's lock); `pids.json` is written only after every
-component is ready, and a failed `up` stops what it started; every refusal is one line
-naming its cause (not root, no memory cgroup, a node port in use, podman or a binary missing, the
-cache or state directory not writable, a cluster already up).
+and one node per host (devcluster/node.py's lock); a state directory is removed only if it holds
+`STATE_MARKER` (written by `up`), a non-empty one without it is refused; `down` with no cluster
+of ours touches nothing on the host; `pids.json` is written only after every component is ready,
+and a failed `up` stops what it started; every refusal is one line naming its cause (not root,
+no memory cgroup, a node port in use, a kubelet or kube-proxy not ours, podman or a binary
+missing, the cache or state directory not writable or not ours, a cluster already up).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import os
 import pathlib
 import shutil
 
-from devcluster import dns, harness, node as node_mod, registry as registry_mod, stack as stack_mod
+from devcluster import dns, harness, node as node_mod, procs, registry as registry_mod, stack as stack_mod
 
 # The images the local cluster's pods use, moved from podman's store into the node's containerd.
 # The sidecar the local cluster's runtimes name (render.runtime's sidecar_image): this checkout's build.
@@ -45,6 +48,8 @@ NODE_IMAGES = (
 # How long a test's cluster waits for the host's one node slot (another suite's node) before it fails.
 NODE_WAIT_SECONDS = 900.0
 KUBECTL = "kubectl"  # built by build-controlplane.sh beside the control plane, from the same release
+# Written into a state dir by `up`: `up` and `down` remove only a state dir that holds it.
+STATE_MARKER = ".dispatch-cluster-state"
 
 
 class ClusterError(Exception):
@@ -52,7 +57,7 @@ class ClusterError(Exception):
 
 
 def state_dir() -> pathlib.Path:
-    return pathlib.Path(os.environ.get("DISPATCH_CLUSTER_STATE", str(harness.STATE_DIR)))
+    return pathlib.Path(os.environ.get("DISPATCH_CLUSTER_STATE", str(harness.STATE_DIR))).absolute()
 
 
 def cache_dir() -> pathlib.Path:
@@ -115,6 +120,10 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         os.close(lock)
         raise
     try:
+        other = node_mod.foreign_node()
+        if other is not None:
+            raise node_mod.NodeError(f"this host runs a {other} that is not the local cluster's: the local "
+                                     "cluster's node would rewrite its networking; run it on another host")
         node_mod.check_ports()
     except node_mod.NodeError:
         os.close(lock)
@@ -124,7 +133,7 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     node: node_mod.Node | None = None
     try:
         swept = node_mod.sweep()
-        node_mod.prepare_host()
+        node_mod.prepare_host(owner=owner(plane.workdir))
         plane.start()
         running = stack_mod.Stack(plane, kueue=kueue, training=training, bin_dir=controllers).start()
         registry = registry_mod.Registry(plane, bin_dir=services, name=registry_name)
@@ -144,6 +153,24 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         raise
 
 
+def owner(workdir: pathlib.Path) -> str:
+    """How the host record names the cluster whose node it describes: its workdir, resolved."""
+    return str(pathlib.Path(workdir).resolve())
+
+
+def _ours(state: pathlib.Path) -> bool:
+    return (state / STATE_MARKER).is_file()
+
+
+def _groups(state: pathlib.Path) -> dict[str, tuple[int, str]]:
+    """The recorded process groups: name -> (process group id, its leader's identity)."""
+    try:
+        recorded = json.loads((state / "pids.json").read_text())
+    except FileNotFoundError:
+        return {}
+    return {name: (int(g["pgid"]), str(g["id"])) for name, g in recorded.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class Up:
     kubeconfig: pathlib.Path
@@ -154,15 +181,22 @@ class Up:
 def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
     """Start everything in the background; return the kubeconfig path and what was swept first.
 
-    A state dir whose recorded processes are all dead is an earlier cluster that crashed (or was
-    killed): it is removed, and `start` sweeps what that cluster left on the host.
+    A state dir whose recorded processes are all gone is an earlier cluster that crashed (or was
+    killed): it is removed, and `start` sweeps what that cluster left on the host. A state dir that
+    is not empty and has no `STATE_MARKER` is not ours: refused, untouched.
     `<state>/bin/kubectl` links to the kubectl built with the control plane."""
     preflight()
     state = state_dir()
-    if (state / "pids.json").exists() and status().alive:
+    if state.exists() and any(state.iterdir()) and not _ours(state):
+        raise ClusterError(f"{state} is not empty and is not a local cluster's state dir (no {STATE_MARKER} in "
+                           "it): set DISPATCH_CLUSTER_STATE to a new directory")
+    if status().alive:
         raise ClusterError(f"a cluster is already up (KUBECONFIG={state / 'admin.kubeconfig'}); "
                            "run `toolkit cluster down` first")
-    shutil.rmtree(state, ignore_errors=True)
+    if state.exists():
+        shutil.rmtree(state)
+    state.mkdir(parents=True, mode=0o700)  # keys and kubeconfigs: root's alone
+    (state / STATE_MARKER).write_text("a state dir of `toolkit cluster up`, removed by `toolkit cluster down`\n")
     try:
         plane_bin = harness.build_binaries()
         controllers = stack_mod.build_binaries()
@@ -174,7 +208,8 @@ def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
     (state / "bin").mkdir(exist_ok=True)
     (state / "bin" / KUBECTL).symlink_to(harness.binary(KUBECTL, running.plane.bin_dir))
     assert running.node is not None
-    groups = {**running.plane.pids(), **dict(running.started), **dict(running.node.started)}
+    pids = {**running.plane.pids(), **dict(running.started), **dict(running.node.started)}
+    groups = {name: {"pgid": pgid, "id": procs.identity(pgid) or ""} for name, pgid in pids.items()}
     tmp = state / "pids.json.tmp"
     tmp.write_text(json.dumps(groups))
     tmp.replace(state / "pids.json")
@@ -184,27 +219,30 @@ def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
 
 def status() -> Status:
     state = state_dir()
-    pids_file = state / "pids.json"
-    if not pids_file.exists():
+    groups = _groups(state) if _ours(state) else {}
+    if not groups:
         return Status(up=False, kubeconfig=state / "admin.kubeconfig", alive=[], dead=[])
-    groups = json.loads(pids_file.read_text())
-    alive = sorted(name for name, pgid in groups.items() if stack_mod.still_running([(name, pgid)]))
+    alive = sorted(name for name, (pgid, recorded) in groups.items() if procs.is_ours(pgid, recorded))
     dead = sorted(name for name in groups if name not in alive)
     return Status(up=True, kubeconfig=state / "admin.kubeconfig", alive=alive, dead=dead)
 
 
 def down() -> bool:
-    """Delete the pods, kill every recorded process group, sweep the host and remove the state;
-    False if no cluster was up (the host is swept all the same)."""
+    """Delete the pods, stop every recorded process group that is still the one recorded, sweep
+    the host if the node it records is this cluster's, and remove the state; False if no cluster
+    was up (then nothing is touched). A state dir that is not ours is refused, untouched."""
     state = state_dir()
-    pids_file = state / "pids.json"
-    was_up = pids_file.exists()
-    if was_up:
+    if not state.exists():
+        return False
+    if not _ours(state):
+        raise ClusterError(f"{state} is not a local cluster's state dir (no {STATE_MARKER} in it): not touched")
+    groups = _groups(state)
+    if groups:
         kubeconfig = state / "admin.kubeconfig"
-        if kubeconfig.exists():
+        if kubeconfig.exists() and status().alive:
             node_mod.delete_pods(str(kubeconfig), timeout=30.0)
-        for pgid in reversed(list(json.loads(pids_file.read_text()).values())):
-            harness._kill_group(pgid)
+        for pgid, recorded in reversed(list(groups.values())):
+            procs.stop_group(pgid, recorded, grace=harness.STOP_GRACE_SECONDS)
     if os.geteuid() == 0:
         try:
             lock = node_mod.host_lock(wait=30)
@@ -214,8 +252,9 @@ def down() -> bool:
             lock = -1
         if lock >= 0:
             try:
-                node_mod.sweep()
+                if node_mod.record_owner() == owner(state):
+                    node_mod.sweep()
             finally:
                 os.close(lock)
     shutil.rmtree(state, ignore_errors=True)
-    return was_up
+    return bool(groups)

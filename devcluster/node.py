@@ -11,15 +11,21 @@ Invariants:
   touched until after it is restored; a second node waits for it (`wait=True`) or is refused in
   one line.
 - Everything the node does to the host is recorded before it is done, in `HOST_RECORD` (on /run,
-  so a reboot forgets it with the changes): the sysctls the kubelet rewrites with their old values,
-  the node address added to `lo`, the process groups started. `sweep()` undoes all of it from that
-  record alone, so it also cleans up after a crash (everything SIGKILLed): it kills every process
-  in the node's cgroup tree and every process group recorded, unmounts whatever is mounted under
-  the node's directories (pod volumes, network namespaces, container root filesystems), deletes the
-  CNI bridge, removes kube-proxy's and the kubelet's iptables chains, removes the node address,
-  removes the node's cgroups and restores the sysctls. `Node.stop()` ends with `sweep()`, and
-  `Node.start()` begins with it.
-- Nothing of the host's own is touched beyond that record: the node's cgroups live under
+  so a reboot forgets it with the changes): the owner (the cluster's workdir), the sysctls the
+  kubelet rewrites and the forwarding switches the CNI bridge turns on, with their old values,
+  both iptables families' rules as they were, whether the node address was added to `lo`, and
+  each process group started with its leader's identity (devcluster/procs.py). `sweep()` undoes
+  all of it from that record alone, so it also cleans up after a crash (everything SIGKILLed): it
+  kills every process in the node's cgroup tree and every recorded process group that is still
+  the one recorded, unmounts whatever is mounted under the node's directories (pod volumes,
+  network namespaces, container root filesystems), deletes the CNI bridge, puts the KUBE- chains
+  of both families back as they were (removing only chains made since, and rules that jump to
+  them), removes the node address if it was added, removes the node's cgroups and restores the
+  sysctls. With no record it touches nothing. `Node.stop()` ends with `sweep()`, and
+  `local.start()` begins with it.
+- Nothing of the host's own is touched beyond that record: a host that runs a kubelet or
+  kube-proxy of its own is refused (`foreign_node`), as is one with a link named like the bridge
+  or a node directory without our marker in it; the node's cgroups live under
   `CGROUP_ROOT`, its netns mounts under its containerd state dir, its CNI leases under its own
   data dir, its sockets and state under `RUN_DIR`; containerd reads no host config (imports = []).
 - Images reach containerd two ways. Those named by the cluster's registry
@@ -55,7 +61,7 @@ import kubernetes.client
 import kubernetes.config
 import yaml
 
-from devcluster import harness
+from devcluster import harness, procs
 
 NODE_NAME = "dispatch-node-0"
 NODE_IP = "198.18.0.1"
@@ -64,7 +70,6 @@ BRIDGE = "dispatch0"
 CNI_NETWORK = "dispatch-pods"
 CGROUP_ROOT = "dispatch-k8s"  # under each hierarchy's root: /sys/fs/cgroup/<controller>/dispatch-k8s
 KUBELET_PORT = 10250
-KUBELET_HEALTHZ_PORT = 10248
 RUN_DIR = pathlib.Path("/run/dispatch-k8s/node")
 VAR_DIR = pathlib.Path("/var/lib/dispatch-k8s/node")
 HOST_RECORD = RUN_DIR / "host.json"
@@ -76,9 +81,19 @@ PAUSE_IMAGE = "localhost/dispatch-base/pause:1"
 # the domain it serves: what the kubelet writes into each pod's resolv.conf.
 CLUSTER_DNS_IP = "10.0.0.10"
 CLUSTER_DOMAIN = "cluster.local"
-# The sysctls the kubelet sets on start (kernel defaults it protects); put back by sweep().
-KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
-IPTABLES_TABLES = ("filter", "nat", "mangle")
+# The sysctls the kubelet sets on start when they differ (setupKernelTunables in the kubelet's
+# container manager: the kernel defaults it protects), and the forwarding switches the CNI bridge
+# plugin turns on for a gateway; each recorded before the node starts, put back by sweep().
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+                   "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
+FORWARDING_SYSCTLS = ("net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding")
+HOST_SYSCTLS = KUBELET_SYSCTLS + FORWARDING_SYSCTLS
+# The kubelet and kube-proxy write chains in both families.
+IPTABLES_FAMILIES = ("iptables", "ip6tables")
+# The processes that make a host a Kubernetes node; one not ours means `up` is refused.
+NODE_PROCESSES = ("kubelet", "kube-proxy")
+# Written into VAR_DIR when it is made: a directory there without it is not the node's.
+VAR_MARKER = ".dispatch-k8s-node"
 READY_TIMEOUT_SECONDS = 120.0
 STOP_PODS_SECONDS = 60.0
 
@@ -157,7 +172,7 @@ def check_ports() -> None:
     """The kubelet's ports are free. Asked with the host's node slot held: before it, a port in
     use is most likely the node of another cluster, which a test waits for and a person is told
     about by `host_lock`."""
-    for port in (KUBELET_PORT, KUBELET_HEALTHZ_PORT):
+    for port in (KUBELET_PORT,):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("0.0.0.0", port))
@@ -208,6 +223,7 @@ def record_group(name: str, pgid: int) -> None:
     or a service of the cluster the node runs beside, such as its registry)."""
     record = _read_record()
     record.setdefault("groups", {})[name] = pgid
+    record.setdefault("group_ids", {})[name] = procs.identity(pgid) or ""
     _write_record(record)
 
 
@@ -303,46 +319,121 @@ def _link_exists(name: str) -> bool:
     return _run("ip", "link", "show", name, check=False).returncode == 0
 
 
-def _iptables_chains() -> list[tuple[str, str]]:
-    """(table, chain) of every chain whose name starts KUBE- in the host's iptables."""
-    chains = []
-    for table in IPTABLES_TABLES:
-        out = _run("iptables-save", "-t", table, check=False).stdout
-        chains += [(table, line[1:].split()[0]) for line in out.splitlines() if line.startswith(":KUBE-")]
-    return chains
+Ruleset = dict[str, dict[str, list[str]]]  # table -> chain -> its rules, in order
 
 
-def _remove_chains(chains: list[tuple[str, str]], kube_proxy: pathlib.Path | None) -> None:
-    """kube-proxy's own cleanup first, then whatever KUBE- chain is still there and was not there
-    before the node (the kubelet's canaries and firewall): the rules that jump to it, then it."""
-    if kube_proxy is not None and os.access(kube_proxy, os.X_OK):
-        _run(str(kube_proxy), "--cleanup", check=False)
-    gone = {f"{t}/{c}" for t, c in chains}
-    for table in IPTABLES_TABLES:
-        for line in _run("iptables-save", "-t", table, check=False).stdout.splitlines():
-            words = shlex.split(line)
-            if line.startswith("-A ") and "-j" in words and f"{table}/{words[words.index('-j') + 1]}" in gone:
-                _run("iptables", "-t", table, "-D", *words[1:], check=False)
-    for table, chain in chains:
-        _run("iptables", "-t", table, "-F", chain, check=False)
-    for table, chain in chains:
-        _run("iptables", "-t", table, "-X", chain, check=False)
+def iptables_state(family: str) -> Ruleset:
+    """One family's rules as `<family>-save` prints them: table -> chain -> the text of each rule
+    after `-A <chain> `. Empty when the family's tools are missing or fail (no IPv6, say)."""
+    try:
+        out = _run(f"{family}-save", check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    state: Ruleset = {}
+    table: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        if line.startswith("*"):
+            table = state.setdefault(line[1:].strip(), {})
+        elif line.startswith(":"):
+            table.setdefault(line[1:].split()[0], [])
+        elif line.startswith("-A "):
+            chain, _, rule = line[3:].partition(" ")
+            table.setdefault(chain, []).append(rule)
+    return state
+
+
+def _target(rule: str) -> str:
+    """The chain a rule jumps or goes to ('' for none)."""
+    words = shlex.split(rule)
+    for flag in ("-j", "--jump", "-g", "--goto"):
+        if flag in words[:-1]:
+            return words[words.index(flag) + 1]
+    return ""
+
+
+def _ours(chain: str) -> bool:
+    return chain.startswith("KUBE-")
+
+
+def restore_iptables(family: str, before: Ruleset) -> list[str]:
+    """Put one family's KUBE- chains back as BEFORE had them; what was changed, one line each.
+
+    Only what touches a KUBE- chain is ours (the kubelet's and kube-proxy's; podman's and the
+    host's own chains and rules are never touched): a KUBE- chain made since is flushed and deleted
+    once no rule jumps to it; a KUBE- chain that was there before gets its rules back (made again
+    if it went); a rule jumping to a KUBE- chain, added to any other chain since, is deleted."""
+    now = iptables_state(family)
+    changed: list[str] = []
+
+    def run(table: str, *args: str) -> None:
+        _run(family, "-w", "-t", table, *args, check=False)
+
+    for table, chains in now.items():
+        old = before.get(table, {})
+        made = [c for c in chains if _ours(c) and c not in old]
+        for chain, rules in old.items():
+            if _ours(chain) and chain not in chains:
+                run(table, "-N", chain)
+        for chain, rules in chains.items():
+            if chain in made:
+                continue
+            if _ours(chain) and chain in old:
+                if rules != old[chain]:
+                    changed.append(f"{family} {table}/{chain} put back")
+                    run(table, "-F", chain)
+                    for rule in old[chain]:
+                        run(table, "-A", chain, *shlex.split(rule))
+                continue
+            kept = list(old.get(chain, []))
+            for rule in rules:
+                if rule in kept:
+                    kept.remove(rule)
+                elif _ours(_target(rule)):
+                    run(table, "-D", chain, *shlex.split(rule))
+        for chain, rules in old.items():
+            if _ours(chain) and chain not in chains:
+                changed.append(f"{family} {table}/{chain} made again")
+                for rule in rules:
+                    run(table, "-A", chain, *shlex.split(rule))
+        for chain in made:
+            run(table, "-F", chain)
+        for chain in made:
+            run(table, "-X", chain)
+        if made:
+            changed.append(f"{len(made)} KUBE- chains in {family} {table}")
+    return changed
+
+
+def _address_present() -> bool:
+    out = _run("ip", "-4", "-o", "addr", "show", "dev", "lo").stdout
+    return f" {NODE_IP}/" in out
+
+
+def record_owner() -> str | None:
+    """The cluster (its workdir) whose node the host record describes; None with no record."""
+    owner = _read_record().get("owner")
+    return str(owner) if owner is not None else None
 
 
 def sweep() -> list[str]:
     """Undo everything the record says a node did to this host; what was found, one line each.
 
-    Idempotent, and safe with no record (it then still removes what lies under the node's own
-    names: cgroups, mounts, the bridge). Callers hold `host_lock`.
+    Idempotent. With no record nothing is touched: what no record claims is not known to be ours.
+    Each destructive step checks what it removes is the node's: a process group only while it is
+    the one recorded (devcluster/procs.py), shims that name the node's socket, processes in the
+    node's cgroups, mounts under the node's directories, the bridge and the node address only if
+    the record says they were made, iptables only what touches KUBE- chains and differs from the
+    record's rules. Callers hold `host_lock`.
     """
     record = _read_record()
+    if not record:
+        return []
     found: list[str] = []
+    identities = record.get("group_ids") or {}
     for name, pgid in sorted((record.get("groups") or {}).items()):
-        try:
-            os.killpg(int(pgid), signal.SIGKILL)
+        recorded = identities.get(name)
+        if recorded and procs.signal_group(int(pgid), str(recorded), signal.SIGKILL):
             found.append(f"process group {pgid} ({name})")
-        except ProcessLookupError:
-            pass
     shims = _shim_pids()
     if shims:
         found.append(f"{len(shims)} containerd shims")
@@ -355,17 +446,12 @@ def sweep() -> list[str]:
     if _node_mounts():
         found.append(f"{len(_node_mounts())} mounts under {RUN_DIR} and {VAR_DIR}")
         _unmount_all()
-    if _link_exists(BRIDGE):
+    if record.get("bridge_made", True) and _link_exists(BRIDGE):
         found.append(f"the bridge {BRIDGE}")
         _run("ip", "link", "delete", BRIDGE, check=False)
-    # Every KUBE- chain is a node's: the node is the host's only one (preflight refuses a host whose
-    # kubelet port is taken), so chains left by any earlier node, swept or not, go too.
-    chains = _iptables_chains()
-    if chains:
-        found.append(f"{len(chains)} KUBE- iptables chains")
-        kube_proxy = record.get("kube_proxy")
-        _remove_chains(chains, pathlib.Path(kube_proxy) if kube_proxy else None)
-    if record.get("address_added") and NODE_IP in _run("ip", "-4", "addr", "show", "dev", "lo").stdout:
+    for family, before in sorted((record.get("iptables") or {}).items()):
+        found += restore_iptables(family, before)
+    if record.get("address_added") and _address_present():
         found.append(f"the node address {NODE_IP} on lo")
         _run("ip", "addr", "del", f"{NODE_IP}/32", "dev", "lo", check=False)
     if any(d.is_dir() for d in _cgroup_dirs()):
@@ -373,22 +459,53 @@ def sweep() -> list[str]:
         _remove_cgroups()
     for key, value in sorted((record.get("sysctls") or {}).items()):
         path = pathlib.Path("/proc/sys") / key
-        if path.read_text().strip() != value:
-            found.append(f"sysctl {key.replace('/', '.')}")
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() != value:
+                found.append(f"sysctl {key.replace('/', '.')}")
                 path.write_text(value)
+    # The record is ours (on our RUN_DIR, written before VAR_DIR was made), so VAR_DIR is ours too.
     shutil.rmtree(VAR_DIR, ignore_errors=True)
     shutil.rmtree(RUN_DIR, ignore_errors=True)
     return found
 
 
-def prepare_host() -> None:
+def foreign_node() -> str | None:
+    """A kubelet or kube-proxy running on this host that is not ours, as `<name> (pid N)`, or None.
+    Asked with the host's node slot held: while it is held by us no node of ours runs, so any
+    such process is another Kubernetes node's (the host is one), whose networking the local
+    cluster's own kube-proxy and kubelet would rewrite."""
+    for entry in sorted(pathlib.Path("/proc").iterdir(), key=lambda e: e.name):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            comm = (entry / "comm").read_text().strip()
+            if comm in NODE_PROCESSES and (entry / "stat").read_text().rpartition(")")[2].split()[0] != "Z":
+                return f"{comm} (pid {entry.name})"
+    return None
+
+
+def prepare_host(*, owner: str) -> None:
     """Record, then make, the host changes the control plane needs before it starts: the node
-    address on lo (the apiserver binds to it). Callers hold `host_lock` and have swept."""
-    record = {"sysctls": {k: (pathlib.Path("/proc/sys") / k).read_text().strip() for k in KUBELET_SYSCTLS},
-              "address_added": True, "groups": {}}
+    address on lo (the apiserver binds to it). The record also holds what the node will change
+    (the sysctls, both iptables families) as they are now, and OWNER (the cluster's workdir).
+    Refuses, touching nothing, a host whose node directory or bridge name is not ours. Callers
+    hold `host_lock` and have swept."""
+    if VAR_DIR.exists() and not (VAR_DIR / VAR_MARKER).exists():
+        raise NodeError(f"{VAR_DIR} exists and is not this project's node directory (no {VAR_MARKER} in it): "
+                        "move it away first")
+    if _link_exists(BRIDGE):
+        raise NodeError(f"a network link named {BRIDGE} exists and is not the local cluster's: delete it first")
+    sysctls = {}
+    for key in HOST_SYSCTLS:
+        with contextlib.suppress(OSError):
+            sysctls[key] = (pathlib.Path("/proc/sys") / key).read_text().strip()
+    record = {"owner": owner, "sysctls": sysctls, "address_added": not _address_present(), "bridge_made": True,
+              "iptables": {family: iptables_state(family) for family in IPTABLES_FAMILIES},
+              "groups": {}, "group_ids": {}}
     _write_record(record)
-    if NODE_IP not in _run("ip", "-4", "addr", "show", "dev", "lo").stdout:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    (VAR_DIR / VAR_MARKER).touch()
+    if record["address_added"]:
         _run("ip", "addr", "add", f"{NODE_IP}/32", "dev", "lo")
 
 
@@ -626,8 +743,7 @@ imports = []
             "podLogsDir": str(self.pod_logs),
             "address": NODE_IP,
             "port": KUBELET_PORT,
-            "healthzBindAddress": "127.0.0.1",
-            "healthzPort": KUBELET_HEALTHZ_PORT,
+            "healthzPort": 0,  # no unauthenticated health port (nothing here asks it)
             "readOnlyPort": 0,
             "tlsCertFile": serving[0],
             "tlsPrivateKeyFile": serving[1],
@@ -664,10 +780,6 @@ imports = []
             f"--root-dir={self.kubelet_root}",
             "--v=1",
         ], env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")})
-        record = _read_record()
-        record["iptables_touched"] = True
-        record["kube_proxy"] = str(self.plane_bin / "kube-proxy")
-        _write_record(record)
 
     def _start_kube_proxy(self) -> None:
         """kube-proxy in iptables mode: the kubernetes Service's ClusterIP reaches the apiserver."""
@@ -684,8 +796,9 @@ imports = []
             # A pod reaching a Service whose endpoint is a pod on the same bridge (CoreDNS, any
             # Deployment) gets its reply through the node, whatever the host's br_netfilter settings.
             "--masquerade-all",
-            f"--metrics-bind-address=127.0.0.1:{harness.free_port()}",
-            f"--healthz-bind-address=127.0.0.1:{harness.free_port()}",
+            # No health server (a port any local user could read); the metrics server cannot be turned
+            # off (its address must be IP:port) nor authenticated: loopback, read-only counters.
+            f"--metrics-bind-address=127.0.0.1:{harness.free_port()}", "--healthz-port=0",
             # Leave the host's conntrack table sizes and timeouts as they are.
             "--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0s",
             "--conntrack-tcp-timeout-close-wait=0s",
@@ -756,19 +869,35 @@ def delete_pods(kubeconfig: str, *, timeout: float) -> None:
         return
 
 
+def _kube_rules(family: str) -> list[str]:
+    """`<table> <chain>: <rule>` for every rule in or jumping to a KUBE- chain, and `<table> <chain>`
+    for every KUBE- chain, of one family."""
+    found = []
+    for table, chains in iptables_state(family).items():
+        for chain, rules in chains.items():
+            if _ours(chain):
+                found.append(f"{table} {chain}")
+            found += [f"{table} {chain}: {rule}" for rule in rules if _ours(chain) or _ours(_target(rule))]
+    return sorted(found)
+
+
 def host_snapshot() -> dict[str, Any]:
     """What a node may leave on the host, to compare before and after: the node's mounts, its
-    cgroups, the bridge, the node address, KUBE- chains, the kubelet's sysctls, the node's processes."""
+    cgroups, the bridge, the node address, KUBE- chains and the rules in or to them (both
+    families), the sysctls the kubelet and the CNI bridge write, the node's processes."""
+    sysctls = {}
+    for key in HOST_SYSCTLS:
+        with contextlib.suppress(OSError):
+            sysctls[key] = (pathlib.Path("/proc/sys") / key).read_text().strip()
     return {
         "mounts": _node_mounts(),
         "cgroups": sorted(str(d) for d in _cgroup_dirs() if d.is_dir()),
         "cgroup_pids": sorted(_cgroup_pids()),
         "shims": _shim_pids(),
         "bridge": _link_exists(BRIDGE),
-        "node_address": NODE_IP in _run("ip", "-4", "addr", "show", "dev", "lo").stdout,
-        "iptables_chains": sorted(f"{t}/{c}" for t, c in _iptables_chains()),
-        "sysctls": {k: (pathlib.Path("/proc/sys") / k).read_text().strip() for k in KUBELET_SYSCTLS},
+        "node_address": _address_present(),
+        **{f"{family}_kube": _kube_rules(family) for family in IPTABLES_FAMILIES},
+        "sysctls": sysctls,
         "netns": sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else [],
         "dirs": [str(d) for d in (RUN_DIR, VAR_DIR) if d.exists()],
     }
-

@@ -381,12 +381,13 @@ class Stack:
         self._webhooks_up(api, loopback_webhooks(docs, port=webhook, ca_bundle=self.ca_bundle, prefix="e2e-jobset"))
 
     def _start_trainer(self, api: kubernetes.client.ApiClient) -> None:
-        webhook, metrics, health = (harness.free_port() for _ in range(3))
+        webhook, health = (harness.free_port() for _ in range(2))
         config = self._config("trainer", {
             "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
             "kind": "Configuration",
             "webhook": {"port": webhook, "host": "127.0.0.1"},
-            "metrics": {"bindAddress": f"127.0.0.1:{metrics}", "secureServing": False},
+            # No metrics server: Trainer's serves plain HTTP with no authentication, to any local user.
+            "metrics": {"bindAddress": "0"},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
             "leaderElection": {"leaderElect": False},
             "certManagement": {"enable": False},

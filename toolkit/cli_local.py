@@ -64,7 +64,11 @@ def up_cmd(registry_name: str) -> None:
 def down_cmd() -> None:
     """Stop every process of the local cluster and remove its state."""
     local = _local()
-    click.echo("cluster down" if local.down() else "no cluster was up", err=True)
+    try:
+        was_up = local.down()
+    except local.ClusterError as e:
+        raise cli.with_context(click.ClickException(str(e))) from None
+    click.echo("cluster down" if was_up else "no cluster was up", err=True)
 
 
 @cluster.command("status")

@@ -7,9 +7,11 @@ import os
 import pathlib
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 
 import kubernetes.client
 import kubernetes.config
@@ -127,3 +129,37 @@ def test_an_existing_cluster_over_the_planes_own_kubeconfig_answers(
     finally:
         existing.stop()
     assert not workdir.exists()
+
+
+def _etcd_answers(url: str, *, context: ssl.SSLContext | None) -> bool:
+    """Whether etcd at URL answers a read of every key (a range from the empty key to the end)
+    with 200: what anyone who can write to it could also do."""
+    body = json.dumps({"key": "AA==", "range_end": "AA=="}).encode()  # base64 of \0: every key
+    request = urllib.request.Request(f"{url}/v3/kv/range", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=context) as response:
+            return response.status == 200
+    except OSError:  # refused, reset, a TLS alert (no or a wrong client certificate), an HTTP error
+        return False
+
+
+def test_etcd_answers_only_a_client_certificate_of_its_own_ca(
+        control_plane: harness.ControlPlane | harness.ExistingCluster) -> None:
+    """Whoever writes to etcd owns the cluster (and, with a node, the host: a privileged pod
+    written there runs as root). Plain HTTP, TLS without a client certificate and TLS with a
+    certificate the plane's CA signed for someone else are all refused, on the client and the
+    peer port; the apiserver's own client certificate is answered."""
+    plane = own_plane(control_plane)
+    port = plane.etcd_url.rsplit(":", 1)[1]
+    peer = next(a.split("=", 1)[1] for a in plane._procs["etcd"].argv if a.startswith("--listen-peer-urls="))
+    assert not _etcd_answers(f"http://127.0.0.1:{port}", context=None)
+    anonymous = ssl.create_default_context(cafile=plane.etcd_ca_file)
+    assert not _etcd_answers(f"https://127.0.0.1:{port}", context=anonymous)
+    other = ssl.create_default_context(cafile=plane.etcd_ca_file)
+    other.load_cert_chain(*plane.issue("etcd-probe", subject="/O=system:masters/CN=probe"))
+    assert not _etcd_answers(f"https://127.0.0.1:{port}", context=other)
+    for context in (None, anonymous, other):
+        scheme = "http" if context is None else "https"
+        assert not _etcd_answers(f"{scheme}://{peer.split('://', 1)[1]}", context=context)
+    assert plane.etcd_url.startswith("https://")
+    assert _etcd_answers(plane.etcd_url, context=plane._etcd_context())

@@ -1,15 +1,26 @@
 """`toolkit cluster up` and `down` on a shared host, through the CLI as a person runs them.
 
 Up then down leaves the host as it was: what `node.host_snapshot()` describes (the node's mounts,
-cgroups and their processes, shims, the bridge, the node address, KUBE- chains, the kubelet's
-sysctls, /run/netns, the node's directories), plus every network link, every network namespace,
-every mount point, and every process of the cluster (any process whose command line names the
-cluster's state dir or the node's directories).
+cgroups and their processes, shims, the bridge, the node address, the KUBE- chains and every rule
+in or to them in both iptables families, the six sysctls the kubelet writes and the forwarding
+switches the CNI bridge turns on, /run/netns, the node's directories), plus every network link,
+every network namespace, every mount point, and every process of the cluster (any process whose
+command line names the cluster's state dir or the node's directories). Two of the kubelet's six
+sysctls already hold its values on a stock kernel; the test sets them one off first, so that the
+kubelet does change them (`vm.panic_on_oom` is left at 0: any other value panics the kernel on
+an OOM).
+
+What was on the host before `up` stays after `down`: KUBE- chains of the host's own (as a host
+that is a Kubernetes node has them, in both families, one of them a chain kube-proxy rewrites,
+each with a rule jumping to it) and the node address, if it was there before. `down` with no
+cluster up touches nothing.
 
 After a crash (every recorded process group SIGKILLed: control plane, controllers, containerd,
 kubelet, kube-proxy; the shims and the pods' processes, in sessions of their own, live on),
 `up` sweeps what the dead cluster left, says what in one line, and comes up; `down` then leaves
-the host as before the first `up`.
+the host as before the first `up`. A process that meanwhile got the number of a recorded process
+group (set up with `ns_last_pid`, as a busy host does by itself) is neither taken for the cluster
+nor signalled, by `up` after the crash and by `down` after the crash alike.
 
 A second `up` while a cluster runs is refused in one line: from the same state dir (the cluster is
 up) and from another (the host's one node is taken).
@@ -18,9 +29,9 @@ The snapshots are taken holding the host's node slot, so no other cluster's node
 through starting or stopping; podman's own storage mounts are left out (other users' containers
 on a shared host come and go).
 """
-
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -80,14 +91,22 @@ def host(state: pathlib.Path) -> dict[str, Any]:
     }
 
 
-def settled(state: pathlib.Path) -> dict[str, Any]:
-    """The host, seen holding the node slot (waiting for any other cluster's node to finish)."""
+@contextlib.contextmanager
+def the_slot() -> Iterator[None]:
+    """The host's node slot, held (waiting for any other cluster's node to finish)."""
+    node.LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(node.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        return host(state)
+        yield
     finally:
         os.close(fd)
+
+
+def settled(state: pathlib.Path) -> dict[str, Any]:
+    """The host, seen holding the node slot."""
+    with the_slot():
+        return host(state)
 
 
 def up_when_free(env: dict[str, str], state: pathlib.Path) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
@@ -113,6 +132,85 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
     return {key: (before[key], after[key]) for key in before if before[key] != after[key]}
 
 
+def crash(state: pathlib.Path) -> dict[str, int]:
+    """SIGKILL every recorded process group of the cluster; their ids by name."""
+    groups = {name: g["pgid"] for name, g in json.loads((state / "pids.json").read_text()).items()}
+    assert {"kube-apiserver", "containerd", "kubelet", "kube-proxy"} <= set(groups), groups
+    for pgid in groups.values():
+        os.killpg(pgid, signal.SIGKILL)
+    kit.wait("every killed process to be gone", lambda: not stack_mod.still_running(list(groups.items())))
+    return groups
+
+
+def reuse(number: int) -> subprocess.Popen[bytes]:
+    """A new process (its own group's leader) that got NUMBER, a dead group's id, from the kernel:
+    `ns_last_pid` set to the number before it, again while another process on the host took it."""
+    for _ in range(2000):  # a busy host forks between the write and ours
+        pathlib.Path("/proc/sys/kernel/ns_last_pid").write_text(str(number - 1))
+        victim = subprocess.Popen(["sleep", "3600"], start_new_session=True)
+        if victim.pid == number:
+            return victim
+        victim.kill()
+        victim.wait()
+    raise AssertionError(f"pid {number} was not handed out again")
+
+
+# The kubelet's values (setupKernelTunables) that a stock kernel already has; one off them before
+# `up`, so that the kubelet changes them and `down` must put them back.
+KUBELET_VALUES = {"kernel/keys/root_maxkeys": "1000000", "kernel/keys/root_maxbytes": "25000000"}
+
+
+@pytest.fixture
+def kernel_off_the_kubelets_values() -> Iterator[None]:
+    paths = {pathlib.Path("/proc/sys") / key: value for key, value in KUBELET_VALUES.items()}
+    with the_slot():
+        old = {path: path.read_text().strip() for path in paths}
+        for path, value in paths.items():
+            if old[path] == value:
+                path.write_text(str(int(value) - 1))
+    try:
+        yield
+    finally:
+        with the_slot():
+            for path, value in old.items():
+                path.write_text(value)
+
+
+# Chains of the host's own, as a host that is (or was) a Kubernetes node has them: one the
+# kube-proxy of the local cluster rewrites (nat KUBE-SERVICES) and one it never names; each with
+# a rule of its own and a rule in a built-in chain jumping to it.
+FOREIGN = (("filter", "KUBE-HOST-OWN", "INPUT"), ("nat", "KUBE-SERVICES", "OUTPUT"))
+
+
+def foreign_chains(action: str) -> None:
+    """Add (`-A`) or remove (`-D`) the host's own KUBE- chains, in both families."""
+    for family in node.IPTABLES_FAMILIES:
+        for table, chain, builtin in FOREIGN:
+            steps = [(builtin, ["-p", "tcp", "--dport", "9", "-j", chain]), (chain, ["-p", "tcp", "--dport", "9", "-j", "RETURN"])]
+            if action == "-A":
+                subprocess.run([family, "-w", "-t", table, "-N", chain], check=False)  # there already: kept
+                for target, rule in reversed(steps):
+                    subprocess.run([family, "-w", "-t", table, "-A", target, *rule], check=True)
+            else:
+                for target, rule in steps:
+                    subprocess.run([family, "-w", "-t", table, "-D", target, *rule], check=False)
+                subprocess.run([family, "-w", "-t", table, "-X", chain], check=False)
+
+
+@pytest.fixture
+def host_of_its_own() -> Iterator[None]:
+    """The host's own KUBE- chains and the node address, there before `up` (and removed after)."""
+    with the_slot():
+        foreign_chains("-A")
+        subprocess.run(["ip", "addr", "add", f"{node.NODE_IP}/32", "dev", "lo"], check=True)
+    try:
+        yield
+    finally:
+        with the_slot():
+            foreign_chains("-D")
+            subprocess.run(["ip", "addr", "del", f"{node.NODE_IP}/32", "dev", "lo"], check=False)
+
+
 @pytest.fixture
 def env(tmp_path: pathlib.Path) -> Iterator[dict[str, str]]:
     state = tmp_path / "state"
@@ -122,6 +220,7 @@ def env(tmp_path: pathlib.Path) -> Iterator[dict[str, str]]:
         cluster("down", env=environment)
 
 
+@pytest.mark.usefixtures("kernel_off_the_kubelets_values")
 def test_up_then_down_leaves_the_host_as_before(env: dict[str, str], tmp_path: pathlib.Path) -> None:
     state = pathlib.Path(env["DISPATCH_CLUSTER_STATE"])
     before, started = up_when_free(env, state)
@@ -131,6 +230,11 @@ def test_up_then_down_leaves_the_host_as_before(env: dict[str, str], tmp_path: p
     running = host(state)
     assert running["bridge"] and running["node_address"] and running["processes"], running
     assert running["shims"] and running["cgroup_pids"] and running["mounts"], running
+    # What `down` must undo was done: every sysctl the kubelet writes holds its value (the two set
+    # one off among them), forwarding is on, both families have the kubelet's chains.
+    assert {k: running["sysctls"][k] for k in KUBELET_VALUES} == KUBELET_VALUES, running["sysctls"]
+    assert running["sysctls"]["net/ipv4/ip_forward"] == "1", running["sysctls"]
+    assert running["ip6tables_kube"] and running["iptables_kube"], running
     assert "a cluster is already up" in kit.refusal(cluster("up", env=env))
     other = cluster("up", env={**env, "DISPATCH_CLUSTER_STATE": str(tmp_path / "other")})
     assert "a node of the local cluster is already running on this host" in kit.refusal(other)
@@ -139,21 +243,45 @@ def test_up_then_down_leaves_the_host_as_before(env: dict[str, str], tmp_path: p
     assert differences(before, settled(state)) == {}
 
 
+@pytest.mark.usefixtures("host_of_its_own")
+def test_what_the_host_had_before_up_stays_after_down(env: dict[str, str]) -> None:
+    state = pathlib.Path(env["DISPATCH_CLUSTER_STATE"])
+    before, started = up_when_free(env, state)
+    assert before["node_address"] and before["iptables_kube"] and before["ip6tables_kube"], before
+    assert started.returncode == 0, started.stderr
+    run_a_pod(state)
+    running = host(state)
+    assert running["iptables_kube"] != before["iptables_kube"], running  # kube-proxy rewrote KUBE-SERVICES
+    stopped = cluster("down", env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert differences(before, settled(state)) == {}
+
+
+@pytest.mark.usefixtures("host_of_its_own")
+def test_down_with_no_cluster_up_touches_nothing(env: dict[str, str]) -> None:
+    state = pathlib.Path(env["DISPATCH_CLUSTER_STATE"])
+    before = settled(state)
+    stopped = cluster("down", env=env)
+    assert (stopped.returncode, stopped.stderr) == (0, "no cluster was up\n")
+    assert differences(before, settled(state)) == {}
+
+
 def test_up_after_a_crash_cleans_the_leftovers_first(env: dict[str, str]) -> None:
     state = pathlib.Path(env["DISPATCH_CLUSTER_STATE"])
     before, started = up_when_free(env, state)
     assert started.returncode == 0, started.stderr
-    groups = json.loads((state / "pids.json").read_text())
-    assert {"kube-apiserver", "containerd", "kubelet", "kube-proxy"} <= set(groups), groups
     run_a_pod(state)
-    for pgid in groups.values():
-        os.killpg(pgid, signal.SIGKILL)
-    kit.wait("every killed process to be gone", lambda: not stack_mod.still_running(list(groups.items())))
+    groups = crash(state)
     crashed = host(state)
     assert crashed["shims"] and crashed["cgroup_pids"] and crashed["bridge"], crashed  # what the crash left
-
-    recovered = cluster("up", env=env)
-    assert recovered.returncode == 0, recovered.stderr
+    victim = reuse(groups["containerd"])  # recorded in pids.json and in the node's host record
+    try:
+        recovered = cluster("up", env=env)
+        assert recovered.returncode == 0, recovered.stderr
+        assert victim.poll() is None, "up signalled a process that reused a recorded group's number"
+    finally:
+        victim.kill()
+        victim.wait()
     cleaned = [line for line in recovered.stderr.splitlines() if line.startswith("cleaned up after an earlier")]
     assert len(cleaned) == 1, recovered.stderr
     for left in ("containerd shims", "processes in the node's cgroups", f"the bridge {node.BRIDGE}"):
@@ -161,4 +289,23 @@ def test_up_after_a_crash_cleans_the_leftovers_first(env: dict[str, str]) -> Non
     assert cluster("status", env=env).returncode == 0
     stopped = cluster("down", env=env)
     assert stopped.returncode == 0, stopped.stderr
+    assert differences(before, settled(state)) == {}
+
+
+def test_down_after_a_crash_signals_no_reused_number(env: dict[str, str]) -> None:
+    state = pathlib.Path(env["DISPATCH_CLUSTER_STATE"])
+    before, started = up_when_free(env, state)
+    assert started.returncode == 0, started.stderr
+    run_a_pod(state)
+    groups = crash(state)
+    victim = reuse(groups["kube-apiserver"])
+    try:
+        status = cluster("status", env=env)
+        assert status.returncode == 1 and "kube-apiserver" in status.stderr.splitlines()[-1], status.stderr
+        stopped = cluster("down", env=env)
+        assert stopped.returncode == 0, stopped.stderr
+        assert victim.poll() is None, "down signalled a process that reused a recorded group's number"
+    finally:
+        victim.kill()
+        victim.wait()
     assert differences(before, settled(state)) == {}

@@ -1,22 +1,28 @@
 """`toolkit cluster up` refuses, in one line naming the cause and before it touches the host, when
-it is not root, when the kubelet's port is taken, when podman is missing, and when no cgroup
-memory controller is there (a second `up` while a cluster runs: the up-and-down module).
+it is not root, when the kubelet's port is taken, when a kubelet or kube-proxy that is not the
+local cluster's runs on the host, when the state dir is not empty and not a local cluster's, when
+podman is missing, and when no cgroup memory controller is there (a second `up` while a cluster
+runs: the up-and-down module). `toolkit cluster down` refuses a state dir that is not a local
+cluster's, and leaves it as it was.
 
 Each refusal is the real CLI in a subprocess under the condition made real: an unprivileged user
-(uid 65534 in a user namespace), a socket bound to 10250, a PATH without podman, a private mount namespace whose memory
-hierarchy (cgroup v1) or unified hierarchy (v2) is unmounted (unshare; the host's own mounts are
-not touched). The memory check is also a pure function of the mountinfo and cgroup.controllers
-texts, tested on this host's texts and on texts with the controller taken out.
+(uid 65534 in a user namespace), a socket bound to 10250, a process named kubelet (or kube-proxy)
+running on the host, a directory holding a file of someone's, a PATH without podman, a private
+mount namespace whose memory hierarchy (cgroup v1) or unified hierarchy (v2) is unmounted
+(unshare; the host's own mounts are not touched). The memory check is also a pure function of the
+mountinfo and cgroup.controllers texts, tested on this host's texts and on texts with the
+controller taken out.
 """
-
 from __future__ import annotations
 
 import fcntl
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -32,9 +38,22 @@ def up(argv_prefix: list[str], env: dict[str, str]) -> subprocess.CompletedProce
                           timeout=300, check=False)
 
 
+def wait_for_the_slot() -> None:
+    """Until no other cluster's node holds the host's slot (it is free again when this returns)."""
+    node.LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(node.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture
-def env(tmp_path: pathlib.Path) -> dict[str, str]:
-    return {**os.environ, "DISPATCH_CLUSTER_STATE": str(tmp_path / "state")}
+def env(tmp_path: pathlib.Path) -> Iterator[dict[str, str]]:
+    environment = {**os.environ, "DISPATCH_CLUSTER_STATE": str(tmp_path / "state")}
+    yield environment
+    if (tmp_path / "state" / "pids.json").exists():  # it was not refused: leave nothing running
+        subprocess.run([TOOLKIT, "cluster", "down"], env=environment, capture_output=True, timeout=300, check=False)
 
 
 def test_not_root(env: dict[str, str], tmp_path: pathlib.Path) -> None:
@@ -70,6 +89,42 @@ def test_a_node_port_in_use(env: dict[str, str]) -> None:
     assert line == (f"{REFUSAL}port {node.KUBELET_PORT} (the kubelet's) is in use on this host: "
                     "is another kubelet running?")
     assert not pathlib.Path(env["DISPATCH_CLUSTER_STATE"]).exists()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("name", node.NODE_PROCESSES)
+def test_a_kubelet_or_kube_proxy_not_ours(env: dict[str, str], tmp_path: pathlib.Path, name: str) -> None:
+    program = tmp_path / name  # a process the kernel calls `kubelet` (or `kube-proxy`), as a node's is
+    shutil.copy("/bin/sleep", program)
+    with subprocess.Popen([str(program), "600"]) as other:
+        try:
+            for _ in range(20):
+                wait_for_the_slot()  # then ask at once: another cluster's node would take the answer
+                done = up([], env)
+                if "a node of the local cluster is already running" not in done.stderr:
+                    break
+        finally:
+            other.kill()
+    line = kit.refusal(done)
+    assert line == (f"{REFUSAL}this host runs a {name} (pid {other.pid}) that is not the local cluster's: the "
+                    "local cluster's node would rewrite its networking; run it on another host")
+    assert not pathlib.Path(env["DISPATCH_CLUSTER_STATE"]).exists()
+
+
+def test_a_state_dir_not_ours(env: dict[str, str]) -> None:
+    state = pathlib.Path(env["DISPATCH_CLUSTER_STATE"])
+    state.mkdir()
+    (state / "notes.txt").write_text("someone's\n")
+    line = kit.refusal(up([], env))
+    assert line == (f"{REFUSAL}{state} is not empty and is not a local cluster's state dir (no "
+                    ".dispatch-cluster-state in it): set DISPATCH_CLUSTER_STATE to a new directory")
+    down = subprocess.run([TOOLKIT, "cluster", "down"], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    line = kit.refusal(down, command="toolkit cluster down")
+    assert line == (f"toolkit cluster down: {state} is not a local cluster's state dir (no "
+                    ".dispatch-cluster-state in it): not touched")
+    assert [p.name for p in state.iterdir()] == ["notes.txt"]
+    assert (state / "notes.txt").read_text() == "someone's\n"
 
 
 @pytest.mark.cluster
