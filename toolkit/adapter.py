@@ -36,9 +36,8 @@ from toolkit import causes, detect, history, kube, marks, names, paths, raising,
 
 Obj = dict[str, Any]
 
-# Which Workload admission the last raise was for: "<workload uid>/<resourceVersion>"
-# (see controller.admission for why that pair).
-RAISED_FOR_ANNOTATION = f"{names.DOMAIN}/raised-for"
+# Which Workload admission the last raise was for (see controller.admission).
+RAISED_FOR_ANNOTATION = names.RAISED_FOR_ANNOTATION
 # Written by start when the request allows a failed rank to be replaced
 # (DESIGN.md §5), so the runtime's later checks apply the same rule.
 ALLOW_RANK_RESTART_ANNOTATION = f"{names.DOMAIN}/allow-rank-restart"
@@ -72,7 +71,7 @@ def raise_admission(
     namespace: str,
     name: str,
     unsuspend: bool = False,
-    record: tuple[str, str] | None = None,
+    record: tuple[str, str] | Callable[[Obj], tuple[str, str]] | None = None,
     skip_if: Callable[[Obj], int | None] | None = None,
     on_conflict: Callable[[], None] | None = None,
     first: Obj | None = None,
@@ -81,7 +80,9 @@ def raise_admission(
 
     `skip_if(trainjob)` returning an A means "already done for this
     purpose, write nothing" (the controller's crash-safe re-run); it is
-    evaluated on every fresh read, like the raise itself.
+    evaluated on every fresh read, like the raise itself. `record` is an
+    (annotation, value) written with the raise, or a function of the
+    TrainJob read that gives it (evaluated on every fresh read too).
     """
 
     def compute(trainjob: Obj) -> tuple[Obj | None, Raised]:
@@ -90,7 +91,8 @@ def raise_admission(
             if found is not None:
                 return None, Raised(found, 0, written=False, generation=_generation(trainjob))
         try:
-            new, admission = raising.raised(trainjob, unsuspend=unsuspend, record=record)
+            mark = record(trainjob) if callable(record) else record
+            new, admission = raising.raised(trainjob, unsuspend=unsuspend, record=mark)
         except raising.RaiseRefused as exc:
             raise AdapterError(str(exc)) from None
         return new, Raised(admission, 0)

@@ -10,6 +10,9 @@ ADMISSION_ANNOTATION = f"{DOMAIN}/admission"
 FLOOR_ANNOTATION = f"{DOMAIN}/admission-floor"
 JOBSET_UID_ANNOTATION = f"{DOMAIN}/jobset-uid"
 FOREIGN_ANNOTATION = f"{DOMAIN}/foreign"
+# Which Workload admission the last raise was for, and the TrainJob generation that raise left
+# (controller.admission); any raise that is not for a Workload removes it.
+RAISED_FOR_ANNOTATION = f"{DOMAIN}/raised-for"
 # Our entry in spec.runtimePatches (a list keyed by manager).
 PATCH_MANAGER = f"{DOMAIN}/adapter"
 # The field manager of the raise's update, and of nothing else: the apiserver stamps its

@@ -230,6 +230,9 @@ def raised(
     if previous is not None:
         kept = history.with_floor(history.of(trainjob), floor=previous[0], time=previous[1])
         annotations[history.HISTORY_ANNOTATION] = history.render(kept)
+    # A raise that is not for a Workload admission (open, release) leaves no marker behind that a
+    # later pass of the admission check could take for its own raise.
+    annotations.pop(names.RAISED_FOR_ANNOTATION, None)
     if record is not None:
         annotations[record[0]] = record[1]
     if unsuspend:
