@@ -197,6 +197,8 @@ def reconcile_workload(
             current = client.get(paths.TRAINJOB, name=trainjob, namespace=namespace)
         except kube.NotFound:
             return Outcome("skipped")  # its job is gone; Kueue deletes the Workload
+        if not marks.owned_by(workload, current):
+            return Outcome("skipped")  # a deleted predecessor's of the same name: gone with it
     if current is None or trainjob is None or not marks.is_ours(current):
         return _set(client, workload, checks=checks, state="Ready", message=UNTOUCHED, action="untouched")
     try:

@@ -195,12 +195,15 @@ def _get_trainjob(client: kube.Client, *, namespace: str, name: str) -> Obj:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
 
 
-def _jobset(client: kube.Client, *, namespace: str, name: str) -> Obj | None:
-    """Trainer's one JobSet of the TrainJob (named like it), if any."""
+def _jobset(client: kube.Client, *, trainjob: Obj) -> Obj | None:
+    """Trainer's one JobSet of the TrainJob (named like it and owned by its UID), if any. A JobSet
+    of that name owned by another UID is a deleted predecessor's, not yet collected: not this one."""
+    meta = trainjob["metadata"]
     try:
-        return client.get(paths.JOBSET, name=name, namespace=namespace)
+        jobset = client.get(paths.JOBSET, name=meta["name"], namespace=meta["namespace"])
     except kube.NotFound:
         return None
+    return jobset if marks.owned_by(jobset, trainjob) else None
 
 
 def check_jobset(client: kube.Client, *, namespace: str, name: str, jobset: Obj | None,
@@ -221,7 +224,7 @@ def _admit(client: kube.Client, *, namespace: str, name: str, trainjob: Obj) -> 
     """Plain mode's admission: the runtime checked again, the JobSet UID
     recorded (or its change flagged), then the raise that unsuspends."""
     check_runtime(client, trainjob=trainjob)
-    reset = check_jobset(client, namespace=namespace, name=name, jobset=_jobset(client, namespace=namespace, name=name))
+    reset = check_jobset(client, namespace=namespace, name=name, jobset=_jobset(client, trainjob=trainjob))
     raised = raise_admission(client, namespace=namespace, name=name, unsuspend=True,
                              first=None if reset else trainjob)
     return dataclasses.replace(raised, jobset_reset=reset)
@@ -428,7 +431,7 @@ def status(client: kube.Client, *, namespace: str, name: str) -> Status:
     flagging a different one), as open and release do; a caller that may
     only read gets the status without the record."""
     trainjob = _get_trainjob(client, namespace=namespace, name=name)
-    jobset = _jobset(client, namespace=namespace, name=name)
+    jobset = _jobset(client, trainjob=trainjob)
     if marks.is_ours(trainjob) and jobset is not None:
         recorded = (trainjob["metadata"].get("annotations") or {}).get(names.JOBSET_UID_ANNOTATION)
         if recorded != jobset["metadata"]["uid"] and not is_flagged_with(trainjob, jobset):
@@ -460,6 +463,8 @@ def record_execution(client: kube.Client, *, namespace: str, name: str, observat
     def compute(trainjob: Obj) -> tuple[Obj | None, bool]:
         if not marks.is_ours(trainjob):
             return None, False
+        if history.of(trainjob).unreadable:
+            return None, False  # kept as found: the detector flags it (history.unreadable_violation)
         new = history.observe(history.of(trainjob), observation)
         if new is None:
             return None, False
@@ -529,20 +534,21 @@ class Adopted:
         return dataclasses.asdict(self)
 
 
-def _our_checks(client: kube.Client) -> set[str]:
+def our_checks(client: kube.Client) -> set[str]:
+    """The names of the AdmissionChecks whose spec.controllerName is ours."""
     checks, _ = client.list(paths.ADMISSION_CHECK)
     return {c["metadata"]["name"] for c in checks if (c.get("spec") or {}).get("controllerName") == CHECK_CONTROLLER_NAME}
 
 
-def _requeue(client: kube.Client, *, namespace: str, name: str, reason: str) -> list[str]:
+def _requeue(client: kube.Client, *, trainjob: Obj, reason: str) -> list[str]:
     """Kueue mode: set our check Retry on the TrainJob's admitted Workloads,
     so Kueue evicts them and the next admission goes through our check (which
     raises A above the minimum). Preconditioned on the Workload read."""
-    ours = _our_checks(client)
+    ours = our_checks(client)
     done = []
-    workloads, _ = client.list(paths.WORKLOAD, namespace=namespace)
+    workloads, _ = client.list(paths.WORKLOAD, namespace=trainjob["metadata"]["namespace"])
     for workload in workloads:
-        if marks.owner_trainjob(workload) != name:
+        if not marks.owned_by(workload, trainjob):
             continue
         entries = (workload.get("status") or {}).get("admissionChecks") or []
         if not any(e.get("name") in ours and e.get("state") == "Ready" for e in entries):
@@ -577,7 +583,7 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
     text = " ".join(reason.split())
     if not text:
         raise AdapterError("--reason: empty; say what was checked and why the TrainJob may run again")
-    jobset = _jobset(client, namespace=namespace, name=name)
+    jobset = _jobset(client, trainjob=_get_trainjob(client, namespace=namespace, name=name))
     live = jobset is not None and not jobset["metadata"].get("deletionTimestamp")
     uid = jobset["metadata"]["uid"] if live and jobset is not None else None
     restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0) if uid else 0
@@ -592,6 +598,9 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
         if not is_flagged(trainjob):
             raise AdapterError(f"{where} is not flagged foreign ({names.FOREIGN_ANNOTATION} absent): nothing to adopt")
         flag = causes.parse(annotations.get(names.FOREIGN_ANNOTATION), annotations.get(causes.DROPPED_ANNOTATION))
+        if history.of(trainjob).unreadable:
+            raise AdapterError(f"{where}: annotation {history.HISTORY_ANNOTATION} is unreadable, so the high-water "
+                               "mark of R is unknown: repair or remove it by hand (kept as found), then adopt")
         try:
             recorded, minimum = history.adopt(history.of(trainjob), time=when, reason=text, causes=flag.kept,
                                               dropped=flag.dropped, restarts=restarts, jobset_uid=uid)
@@ -628,7 +637,7 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
     if names.KUEUE_QUEUE_LABEL in (written["metadata"].get("labels") or {}) and not raising.is_suspended(written):
         adopted = dataclasses.replace(adopted, running=True,
-                                      requeued=_requeue(client, namespace=namespace, name=name, reason=text))
+                                      requeued=_requeue(client, trainjob=written, reason=text))
     message = (f"adopted: {text} (next R {adopted.next_r} above the high-water mark {adopted.high_water}; "
                f"{len(adopted.causes)} cause(s) cleared, kept in the history)")
     client.event(involved=written, reason=ADOPTED_REASON, message=message[:1024], component=COMPONENT)

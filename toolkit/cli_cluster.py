@@ -199,7 +199,8 @@ def executions_table(ex: adapter.Executions) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [f"trainjob {ex.namespace}/{ex.name} ({ex.state})"]
     if h.unreadable:
-        lines.append("history: unreadable (not written by dispatch); it starts again from the next execution")
+        lines.append("history: unreadable (not written by dispatch): kept as found and flagged; "
+                     "nothing is recorded until a person repairs or removes it")
     if h.dropped:
         lines.append(f"({h.dropped} older execution(s) not kept)")
     lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]

@@ -103,6 +103,18 @@ def created_below_floor(*, pod_name: str, admission: int, floor: int, raised_at:
     )
 
 
+def resumed_without_raise(*, pod_name: str, manager: str, time: str, raised_at: str | None) -> Violation:
+    """A pod created after spec.suspend was set false by a writer other than a raise (and, in
+    Kueue mode, with no admission of ours behind it): its execution runs with an A raised for an
+    earlier one. Both times are the apiserver's."""
+    since = f"the last raise at {raised_at}" if raised_at else "no raise"
+    return Violation(
+        "resumed-without-raise",
+        f"pod {pod_name} started after spec.suspend was set false by {manager} at {time}, "
+        f"not by a raise ({since}): its execution repeats an earlier one's A",
+    )
+
+
 def parse_floor(value: str | None) -> int | None:
     """The TrainJob's floor annotation; a malformed one reads as absent
     (the raise then starts from the patch, and a later raise rewrites it)."""

@@ -148,7 +148,10 @@ def _time(value: Any) -> str:
 
 def parse(value: str | None) -> History:
     """The history an annotation holds; an unreadable one reads as empty,
-    marked `unreadable` (the next write replaces it; the floor still bounds A)."""
+    marked `unreadable`. Nothing of ours writes over an unreadable history
+    (the executions and the mark it held are unknown, so a new one would lower
+    the mark): the value is kept as found, the TrainJob is flagged
+    (`unreadable_violation`) and `adopt` refuses until a person repairs it."""
     if value is None:
         return History()
     try:
@@ -176,6 +179,23 @@ def parse(value: str | None) -> History:
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return History(unreadable=True)
+
+
+def unreadable_violation(history: History) -> detect.Violation | None:
+    """The flag an unreadable history raises (one line for the TrainJob, not one per pod)."""
+    if not history.unreadable:
+        return None
+    return detect.Violation(
+        "unreadable-history",
+        f"TrainJob annotation {HISTORY_ANNOTATION} is not a history dispatch wrote: the executions and the "
+        "high-water mark of R it held are unknown; it is kept as found and nothing of ours writes over it",
+    )
+
+
+def highest_admission(history: History) -> int:
+    """The highest A the history knows was used or raised (its floors and its executions'): the
+    raise goes above it, so deleting the floor annotation and lowering the patch cannot lower A."""
+    return max((*(floor for floor, _ in history.floors), *(e.a for e in history.executions)), default=0)
 
 
 def render(history: History) -> str:

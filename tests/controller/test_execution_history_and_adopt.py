@@ -206,3 +206,27 @@ def test_a_preemption_and_readmission_is_a_new_execution_in_the_history(admin, n
         admin.merge_patch(paths.POD, {"metadata": {"finalizers": None}}, name=pod, namespace=namespace)
     assert history.of(admin.get(paths.TRAINJOB, name=name, namespace=namespace)).high_water == 2
     assert _foreign(admin, namespace, name) is None
+
+
+def test_an_unreadable_history_is_flagged_kept_as_found_and_never_overwritten(admin, namespace, start_controller):
+    """Someone writes the history annotation over with text that is not a history: the mark it
+    held is unknown. The controller flags the TrainJob, records nothing over it (a new history
+    would start the mark from the next execution, lower), and adopt refuses until a person has
+    repaired it."""
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    uid = kit.create_jobset(admin, tj)["metadata"]["uid"]
+    adapter.open_(admin, namespace=namespace, name=name)
+    start_controller()
+    kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", jobset_uid=uid)
+    wait_until(lambda: _rows(admin, namespace, name) == [(1, 0, 1, None, "ok")], what="the first execution")
+    admin.merge_patch(paths.TRAINJOB, {"metadata": {"annotations": {history.HISTORY_ANNOTATION: "{not json"}}},
+                      name=name, namespace=namespace)
+    kit.set_restarts(admin, admin.get(paths.JOBSET, name=name, namespace=namespace), 1)
+    kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", restart="1", jobset_uid=uid)
+    flagged = wait_until(lambda: _foreign(admin, namespace, name), what="the flag")
+    assert flagged.startswith(f"TrainJob annotation {history.HISTORY_ANNOTATION} is not a history dispatch wrote")
+    assert kit.annotations(admin, namespace, name)[history.HISTORY_ANNOTATION] == "{not json"
+    with pytest.raises(adapter.AdapterError, match="is unreadable, so the high-water mark of R is unknown"):
+        adapter.adopt(admin, namespace=namespace, name=name, reason="checked")
+    assert kit.annotations(admin, namespace, name)[history.HISTORY_ANNOTATION] == "{not json"

@@ -204,3 +204,25 @@ def test_a_stale_cached_pod_seen_across_a_raise_flags_nothing_while_a_real_one_i
     assert watcher.pod(real) is True
     assert _foreign(admin, namespace, name) == (
         f"pod {real['metadata']['name']} has admission 1, below the floor 2: A may have been lowered")
+
+
+def test_a_jobset_left_by_a_deleted_trainjob_of_the_same_name_is_not_recorded(admin, namespace, start_controller):
+    """The same request started again right after its TrainJob was deleted: the old TrainJob's
+    JobSet (same name, owned by the old UID) is still there until the garbage collector removes
+    it. It is not the new TrainJob's: its UID is not recorded, and the new TrainJob's own JobSet is
+    recorded, not flagged."""
+    start_controller()
+    old = kit.create_trainjob(admin, namespace)
+    name = old["metadata"]["name"]
+    admin.delete(paths.TRAINJOB, name=name, namespace=namespace)
+    wait_until(lambda: not admin.list(paths.TRAINJOB, namespace=namespace)[0], what="the old TrainJob gone")
+    new = kit.create_trainjob(admin, namespace, name=name)
+    stale = kit.create_jobset(admin, old)  # what the old TrainJob's JobSet is until it is collected
+    adapter.open_(admin, namespace=namespace, name=name)
+    assert kit.annotations(admin, namespace, name).get(names.JOBSET_UID_ANNOTATION) != stale["metadata"]["uid"]
+    wait_until(lambda: admin.list(paths.JOBSET, namespace=namespace, field_selector=f"metadata.name={name}")[0] == [],
+               what="the garbage collector to remove the old JobSet")
+    own = kit.create_jobset(admin, new)
+    wait_until(lambda: kit.annotations(admin, namespace, name).get(names.JOBSET_UID_ANNOTATION) == own["metadata"]["uid"],
+               what="the new JobSet's UID recorded")
+    assert _foreign(admin, namespace, name) is None
