@@ -72,11 +72,10 @@ spec.controllerName is ours; only those checks' states are touched.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 from typing import Any
 
-from toolkit import adapter, kube, marks, paths, raising
+from toolkit import adapter, admission_checks, detect, kube, marks, paths, raising
 
 Obj = dict[str, Any]
 
@@ -84,10 +83,6 @@ CONTROLLER_NAME = adapter.CHECK_CONTROLLER_NAME
 UNTOUCHED = "not a dispatch TrainJob: approved without a raise"
 READY_ATTEMPTS = 3  # Ready writes per pass: the first, and two after a Workload write Kueue slipped in
 log = logging.getLogger(__name__)
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def condition_true(obj: Obj, kind: str) -> bool:
@@ -148,21 +143,7 @@ def with_check_ready(workload: Obj, *, checks: list[str], admission: int) -> Obj
     return with_checks(workload, checks=checks, state="Ready", message=f"A raised to {admission}")
 
 
-def with_checks(workload: Obj, *, checks: list[str], state: str, message: str) -> Obj:
-    """The Workload with our checks in `state`; pure (copies the status list)."""
-    out = dict(workload)
-    status = dict(out.get("status") or {})
-    entries = []
-    for entry in status.get("admissionChecks") or []:
-        entry = dict(entry)
-        if entry.get("name") in checks:
-            entry["state"] = state
-            entry["message"] = message[:1024]
-            entry["lastTransitionTime"] = _now()
-        entries.append(entry)
-    status["admissionChecks"] = entries
-    out["status"] = status
-    return out
+with_checks = admission_checks.with_checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,7 +278,7 @@ def ensure_active(client: kube.Client, check: Obj) -> bool:
             "status": "True",
             "reason": "Active",
             "message": "dispatch admission-check controller is running",
-            "lastTransitionTime": _now(),
+            "lastTransitionTime": detect.now(),
             "observedGeneration": (check.get("metadata") or {}).get("generation", 0),
         }
     )

@@ -56,7 +56,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from toolkit import adapter, detect, history, kube, marks, names, paths, raising
+from toolkit import adapter, admission_checks, detect, history, kube, marks, names, paths, raising
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def exempt(pod: Obj, trainjob: Obj) -> bool:
     born = (trainjob.get("metadata") or {}).get("creationTimestamp")
     if created and born and created < born:
         return True
-    return history.adopted(history.of(trainjob), created=created)
+    return history.adopted(trainjob, created=created)
 
 
 def judge(pod: Obj, trainjob: Obj, *, admitted: bool | None = None) -> list[detect.Violation]:
@@ -252,13 +252,13 @@ def confirmed(*, trainjob: Obj, pod: Obj | None, jobset: Obj | None) -> list[det
 
 
 class Detector:
-    def __init__(self, client: kube.Client, *, metrics: Any = None, clock: Callable[[], str] = adapter.now,
+    def __init__(self, client: kube.Client, *, metrics: Any = None, clock: Callable[[], str] = detect.now,
                  ours: Callable[[], set[str]] | None = None) -> None:
         self.client = client
         self.metrics = metrics
         self.clock = clock  # the time recorded in the history
         # The names of the AdmissionChecks whose controllerName is ours (the controller keeps them).
-        self.ours = ours if ours is not None else (lambda: adapter.our_checks(client))
+        self.ours = ours if ours is not None else (lambda: admission_checks.ours(client))
 
     def _admitted(self, pod: Obj, trainjob: Obj) -> bool | None:
         """Kueue mode, when the resume rule needs it: the TrainJob's Workload admitted through our

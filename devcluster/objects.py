@@ -13,19 +13,17 @@ refuse a TrainJob whose runtime is missing or unfit.
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from typing import Any
 
-from toolkit import kube, names, paths, raising, render
+from toolkit import detect, kube, names, paths, raising, render
 
 Obj = dict[str, Any]
 CHECK_CONTROLLER = "dispatch.phpboyscout.uk/admission-check"
 RUNTIME = "torch-distributed"
 
 
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+now = detect.now
 
 
 def trainjob_body(name: str, *, suspend: bool = True, admission: int = 0) -> Obj:

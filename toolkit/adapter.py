@@ -28,11 +28,10 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from collections.abc import Callable
 from typing import Any
 
-from toolkit import causes, detect, history, kube, marks, names, paths, raising, runtime_check
+from toolkit import admission_checks, causes, detect, history, kube, marks, names, paths, raising, runtime_check
 
 Obj = dict[str, Any]
 
@@ -42,14 +41,9 @@ RAISED_FOR_ANNOTATION = names.RAISED_FOR_ANNOTATION
 # (DESIGN.md §5), so the runtime's later checks apply the same rule.
 ALLOW_RANK_RESTART_ANNOTATION = f"{names.DOMAIN}/allow-rank-restart"
 # The AdmissionCheck controllerName of our Kueue check (controller.admission).
-CHECK_CONTROLLER_NAME = f"{names.DOMAIN}/admission-check"
+CHECK_CONTROLLER_NAME = admission_checks.CONTROLLER_NAME
 ADOPTED_REASON = "DispatchAdopted"
 COMPONENT = "dispatch-adapter"
-
-
-def now() -> str:
-    """The apiserver's timestamp format, to the second (UTC)."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class AdapterError(Exception):
@@ -534,39 +528,50 @@ class Adopted:
         return dataclasses.asdict(self)
 
 
-def our_checks(client: kube.Client) -> set[str]:
-    """The names of the AdmissionChecks whose spec.controllerName is ours."""
-    checks, _ = client.list(paths.ADMISSION_CHECK)
-    return {c["metadata"]["name"] for c in checks if (c.get("spec") or {}).get("controllerName") == CHECK_CONTROLLER_NAME}
-
-
-def _requeue(client: kube.Client, *, trainjob: Obj, reason: str) -> list[str]:
-    """Kueue mode: set our check Retry on the TrainJob's admitted Workloads,
-    so Kueue evicts them and the next admission goes through our check (which
-    raises A above the minimum). Preconditioned on the Workload read."""
-    ours = our_checks(client)
+def _requeue(client: kube.Client, *, trainjob: Obj, reason: str, checks: set[str]) -> list[str]:
+    """Kueue mode: set our checks (`checks`) Retry on the TrainJob's admitted Workloads, so Kueue
+    evicts them and the next admission goes through our check (which raises A above the
+    minimum). Preconditioned on the Workload read."""
     done = []
     workloads, _ = client.list(paths.WORKLOAD, namespace=trainjob["metadata"]["namespace"])
     for workload in workloads:
         if not marks.owned_by(workload, trainjob):
             continue
         entries = (workload.get("status") or {}).get("admissionChecks") or []
-        if not any(e.get("name") in ours and e.get("state") == "Ready" for e in entries):
+        if not any(e.get("name") in checks and e.get("state") == "Ready" for e in entries):
             continue
-        for entry in entries:
-            if entry.get("name") in ours:
-                entry["state"] = "Retry"
-                entry["message"] = f"adopted ({reason}): re-admit so A is raised above the high-water mark"
-                entry["lastTransitionTime"] = now()
+        message = f"adopted ({reason}): re-admit so A is raised above the high-water mark"
         try:
-            client.replace(paths.WORKLOAD, workload, subresource="status")
+            client.replace(paths.WORKLOAD, admission_checks.with_checks(workload, checks=checks, state="Retry",
+                                                                        message=message), subresource="status")
         except (kube.Conflict, kube.NotFound):
             continue  # Kueue moved it on: its next admission goes through the check anyway
         done.append(workload["metadata"]["name"])
     return sorted(done)
 
 
-def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock: Callable[[], str] = now) -> Adopted:
+def _stamp_adoption(client: kube.Client, *, namespace: str, name: str, placeholder: str, stamp: str) -> None:
+    """The last adoption record's time set to the apiserver's stamp, if it still holds the
+    placeholder (a later adoption or an unreadable history: left as it is)."""
+
+    def compute(trainjob: Obj) -> tuple[Obj | None, None]:
+        kept = history.of(trainjob)
+        if kept.unreadable or not kept.adoptions or kept.adoptions[-1].time != placeholder:
+            return None, None
+        last = dataclasses.replace(kept.adoptions[-1], time=stamp)
+        annotations = trainjob["metadata"].get("annotations") or {}
+        annotations[history.HISTORY_ANNOTATION] = history.render(
+            dataclasses.replace(kept, adoptions=(*kept.adoptions[:-1], last)))
+        return trainjob, None
+
+    try:
+        client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute)
+    except kube.NotFound:
+        pass
+
+
+def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, checks: set[str] | None = None,
+          controller_name: str = CHECK_CONTROLLER_NAME) -> Adopted:
     """A person's decision after a foreign flag (see docs/adapter.md, "Adopt").
 
     In ONE update preconditioned on the TrainJob read: the causes and the
@@ -576,6 +581,16 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
     mode is suspended in the same update (its execution's R may repeat, and
     only a raise while suspended moves A), in Kueue mode its admitted
     Workload's check is set Retry. A Normal Event records the reason.
+
+    When it happened is the apiserver's word: the update is written under
+    the adopt's own field manager and changes the adoption count it alone
+    writes, so the apiserver stamps that entry (`history.adopted_at`); the
+    detector exempts pods created by then. The adoption record then takes
+    that stamp in place of the placeholder it was written with.
+
+    Our checks, in Kueue mode, are `checks` when given, else the
+    AdmissionChecks whose spec.controllerName is `controller_name` (the name
+    the controller serves; a CLI cannot read its settings).
 
     Refused (AdapterError, one line) unless the TrainJob is ours and flagged,
     or when the next R would reach the bound 10^6.
@@ -587,7 +602,7 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
     live = jobset is not None and not jobset["metadata"].get("deletionTimestamp")
     uid = jobset["metadata"]["uid"] if live and jobset is not None else None
     restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0) if uid else 0
-    when = clock()
+    when = detect.now()  # a placeholder until the apiserver's stamp replaces it (see the docstring)
 
     def compute(trainjob: Obj) -> tuple[Obj | None, tuple[Obj, Adopted]]:
         where = f"TrainJob {namespace}/{name}"
@@ -613,6 +628,8 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
                                "is not below the bound 10^6")
         annotations[history.HISTORY_ANNOTATION] = history.render(recorded)
         annotations[history.MINIMUM_ANNOTATION] = str(max(minimum, counts.minimum or 0))
+        annotations[names.ADOPTIONS_ANNOTATION] = str(
+            (detect.parse_count(annotations.get(names.ADOPTIONS_ANNOTATION)) or 0) + 1)
         annotations.pop(names.FOREIGN_ANNOTATION, None)
         annotations.pop(causes.DROPPED_ANNOTATION, None)
         if uid is not None:
@@ -630,14 +647,21 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
                          causes=flag.kept, held=held, requeued=[])
         return trainjob, (trainjob, result)
 
+    landed: list[Obj] = []
     try:
         (written, adopted), _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace,
-                                                          compute=compute)
+                                                          compute=compute, field_manager=names.ADOPT_FIELD_MANAGER,
+                                                          on_written=landed.append)
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
+    stamp = history.adopted_at(landed[0]) if landed else None
+    if stamp is not None and stamp != when:
+        _stamp_adoption(client, namespace=namespace, name=name, placeholder=when, stamp=stamp)
     if names.KUEUE_QUEUE_LABEL in (written["metadata"].get("labels") or {}) and not raising.is_suspended(written):
         adopted = dataclasses.replace(adopted, running=True,
-                                      requeued=_requeue(client, trainjob=written, reason=text))
+                                      requeued=_requeue(client, trainjob=written, reason=text,
+                                                        checks=checks if checks is not None else admission_checks.ours(
+                                                            client, controller_name=controller_name)))
     message = (f"adopted: {text} (next R {adopted.next_r} above the high-water mark {adopted.high_water}; "
                f"{len(adopted.causes)} cause(s) cleared, kept in the history)")
     client.event(involved=written, reason=ADOPTED_REASON, message=message[:1024], component=COMPONENT)

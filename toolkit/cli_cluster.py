@@ -244,10 +244,16 @@ def executions_cmd(trainjob: str, namespace: str, kubeconfig: str | None, contex
 @click.command("adopt")
 @click.argument("trainjob")
 @click.option("--reason", required=True, help="Why the TrainJob may run again (kept in its history and an Event).")
+@click.option("--check", "checks", multiple=True, metavar="NAME",
+              help="Kueue mode: the AdmissionCheck(s) of ours to set Retry (repeatable). "
+                   "Default: every AdmissionCheck whose controllerName is --controller-name.")
+@click.option("--controller-name", default=adapter.CHECK_CONTROLLER_NAME, show_default=True,
+              help="The AdmissionCheck controllerName our controller serves (its --controller-name).")
 @_namespace_option
 @_cluster_options
 @_refusals
-def adopt_cmd(trainjob: str, reason: str, namespace: str, kubeconfig: str | None, context: str | None) -> None:
+def adopt_cmd(trainjob: str, reason: str, checks: tuple[str, ...], controller_name: str, namespace: str,
+              kubeconfig: str | None, context: str | None) -> None:
     """Clear the foreign flag of TRAINJOB after a person has judged it: the
     causes and REASON go into its history, the current JobSet UID is recorded,
     and the next execution's R is set above the high-water mark (a running
@@ -261,7 +267,8 @@ def adopt_cmd(trainjob: str, reason: str, namespace: str, kubeconfig: str | None
     if not reason.strip():
         raise click.BadParameter("empty; say what was checked and why the TrainJob may run again",
                                  param_hint="--reason")
-    done = adapter.adopt(_client(kubeconfig, context), namespace=namespace, name=trainjob, reason=reason)
+    done = adapter.adopt(_client(kubeconfig, context), namespace=namespace, name=trainjob, reason=reason,
+                         checks=set(checks) if checks else None, controller_name=controller_name)
     click.echo(f"trainjob {namespace}/{trainjob} adopted: {len(done.causes)} cause(s) cleared and kept in its history")
     epoch = f", epoch {done.next_epoch}" if done.next_epoch else ""
     click.echo(f"next execution: A {done.minimum}, R {done.next_r}{epoch} (above the high-water R {done.high_water})")

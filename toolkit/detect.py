@@ -13,6 +13,7 @@ Detection reports; it never decides to stop anything.
 from __future__ import annotations
 
 import collections
+import datetime
 import re
 
 # "0", or 1 to 6 digits without a leading zero: the prologue's own rule.
@@ -84,6 +85,13 @@ def pod(
             f"pod {pod_name} has admission {a}, below the floor {floor}: A may have been lowered",
         )
     return None
+
+
+def now() -> str:
+    """This machine's clock in the apiserver's timestamp format (UTC, to the second). For what
+    we write for people to read (a condition's transition time, an Event, a history record's
+    first sight); never to judge a pod: that takes the apiserver's own times."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def is_timestamp(value: str) -> bool:

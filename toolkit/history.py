@@ -37,9 +37,12 @@ The rules that use it:
 - `adopt`: the minimum A of the next raise, so that the next execution's R
   (with J as the current JobSet has it) is above the mark. Refused when that
   R would reach the bound 10^6.
-- `adopted`: a pod created at or before the last adoption (second
-  resolution, as the apiserver stamps it) belongs to an execution a person
-  has already judged; it is not flagged again while it winds down.
+- `adopted`: a pod created at or before the last adoption belongs to an
+  execution a person has already judged; it is not flagged again while it
+  winds down. Both times are the apiserver's, to the second: the pod's
+  creationTimestamp, and the time the apiserver stamped on the adoption's own
+  field manager (`adopted_at`); the adoption record's `time` is that stamp
+  too, so a laptop's clock running fast cannot exempt pods created later.
 
 Writes are never blind: `observe` and `adopt` return the new history, and
 the caller writes it in one update preconditioned on the resourceVersion it
@@ -377,8 +380,22 @@ def with_floor(history: History, *, floor: int, time: str) -> History:
     return dataclasses.replace(history, floors=floors[-MAX_FLOORS:], unreadable=False)
 
 
-def adopted(history: History, *, created: str | None) -> bool:
-    """The pod was created at or before the last adoption (see the docstring)."""
-    if not history.adoptions or not created:
+def adopted_at(trainjob: Obj) -> str | None:
+    """The apiserver's time of the last adoption: the managedFields entry of the adopt's own field
+    manager (`names.ADOPT_FIELD_MANAGER`), or None when there is none."""
+    for entry in (trainjob.get("metadata") or {}).get("managedFields") or []:
+        if not isinstance(entry, dict) or entry.get("manager") != names.ADOPT_FIELD_MANAGER or entry.get("subresource"):
+            continue
+        time = entry.get("time")
+        if entry.get("operation") == "Update" and isinstance(time, str) and detect.is_timestamp(time):
+            return time
+    return None
+
+
+def adopted(trainjob: Obj, *, created: str | None) -> bool:
+    """The pod was created at or before the last adoption, both by the apiserver's clock (see the
+    docstring): never by the clock of the machine that ran `toolkit adopt`."""
+    when = adopted_at(trainjob)
+    if when is None or not created:
         return False
-    return created <= history.adoptions[-1].time
+    return created <= when

@@ -18,6 +18,11 @@ PATCH_MANAGER = f"{DOMAIN}/adapter"
 # The field manager of the raise's update, and of nothing else: the apiserver stamps its
 # managedFields entry with the time of the last raise (toolkit.raising.last_raise).
 RAISE_FIELD_MANAGER = f"{DOMAIN}/raise"
+# The field manager of `toolkit adopt`'s update, and of nothing else: every adoption changes the
+# count in ADOPTIONS_ANNOTATION, so the apiserver stamps this manager's managedFields entry with
+# the time of the last adoption (toolkit.history.adopted_at), whatever the operator's clock says.
+ADOPT_FIELD_MANAGER = f"{DOMAIN}/adopt"
+ADOPTIONS_ANNOTATION = f"{DOMAIN}/adoptions"
 
 # JobSet's pod label carrying J (= JobSet status.restarts).
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"

@@ -65,7 +65,7 @@ class Counts:
     patch: int | None  # None: no patch entry, or A unreadable
     floor: int | None  # None: no floor annotation, or malformed
     minimum: int | None = None  # an adoption's minimum for the next A
-    recorded: int = 0  # the highest A the history holds (its floors, its executions)
+    recorded: int = dataclasses.field(default=0, compare=False)  # the highest A the history holds
 
     @property
     def current(self) -> int:

@@ -322,7 +322,7 @@ class Identity(stateful.RuleBasedStateMachine):
     @stateful.rule()
     def a_person_adopts(self) -> None:
         self._catch_up()
-        done = adapter.adopt(self.store, namespace="ns", name="tj", reason="checked by a person", clock=self._now)
+        done = adapter.adopt(self.store, namespace="ns", name="tj", reason="checked by a person")
         self.flags[-1][1] = self.step
         assert not adapter.is_flagged(self.store.obj)
         if done.held:

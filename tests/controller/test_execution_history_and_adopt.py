@@ -9,8 +9,11 @@ person adopts, and the next execution's epoch is above every earlier one."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
+import time
+import types
 
 import pytest
 from click.testing import CliRunner
@@ -186,6 +189,8 @@ def test_a_preemption_and_readmission_is_a_new_execution_in_the_history(admin, n
     kit.create_admission_check(admin, check)
     tj = kit.create_trainjob(admin, namespace)
     name = tj["metadata"]["name"]
+    admin.merge_patch(paths.TRAINJOB, {"metadata": {"labels": {names.KUEUE_QUEUE_LABEL: "lq"}}}, name=name,
+                      namespace=namespace)  # Kueue mode: Kueue, not a raise, unsuspends it
     uid = kit.create_jobset(admin, tj)["metadata"]["uid"]
     wl = kit.create_workload(admin, tj)["metadata"]["name"]
     start_controller()
@@ -230,3 +235,35 @@ def test_an_unreadable_history_is_flagged_kept_as_found_and_never_overwritten(ad
     with pytest.raises(adapter.AdapterError, match="is unreadable, so the high-water mark of R is unknown"):
         adapter.adopt(admin, namespace=namespace, name=name, reason="checked")
     assert kit.annotations(admin, namespace, name)[history.HISTORY_ANNOTATION] == "{not json"
+
+
+def test_an_adoption_is_timed_by_the_apiserver_not_by_the_operators_clock(admin, namespace, start_controller,
+                                                                           monkeypatch):
+    """`toolkit adopt` run on a laptop whose clock is ten minutes fast: a pod created after the
+    adoption, below the floor, is still judged (the exemption of the adopted execution's pods
+    ends at the apiserver's time of the adoption, not the laptop's)."""
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    uid = kit.create_jobset(admin, tj)["metadata"]["uid"]
+    adapter.open_(admin, namespace=namespace, name=name)
+    start_controller()
+    first = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", jobset_uid=uid)
+    wait_until(lambda: _rows(admin, namespace, name) == [(1, 0, 1, None, "ok")], what="the first execution")
+    adapter.flag_foreign(admin, namespace=namespace, name=name, violation=detect.Violation("x", "a reset"))
+
+    class Fast(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[override]
+            return datetime.datetime.now(tz) + datetime.timedelta(minutes=10)
+
+    monkeypatch.setattr(detect, "datetime", types.SimpleNamespace(datetime=Fast, timezone=datetime.timezone))
+    adapter.adopt(admin, namespace=namespace, name=name, reason="checked")  # held: plain mode
+    monkeypatch.undo()
+    time.sleep(1.1)  # the apiserver's times are to the second: a pod of the same second is not judged
+    kit.delete_pod(admin, namespace=namespace, pod=first["metadata"]["name"])
+    assert adapter.release(admin, namespace=namespace, name=name).admission == 2
+    below = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", jobset_uid=uid)
+    cause = f"pod {below['metadata']['name']} has admission 1, below the floor 2: A may have been lowered"
+    wait_until(lambda: cause in (_foreign(admin, namespace, name) or "").split("\n"), what="the below-floor flag")
+    after = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
+    assert history.of(after).adoptions[-1].time == history.adopted_at(after)
