@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from toolkit import detect, kube, names, paths, raising, render
+from toolkit import detect, kube, names, paths, raising, render, runtime_check
 
 Obj = dict[str, Any]
 CHECK_CONTROLLER = "dispatch.phpboyscout.uk/admission-check"
@@ -54,7 +54,8 @@ def runtime_body(name: str = RUNTIME) -> Obj:
         "kind": "TrainingRuntime",
         "metadata": {"name": name},
         "spec": {"template": {"spec": {"replicatedJobs": [
-            {"name": "node", "replicas": 1, "template": {"spec": {"template": {"spec": pod_spec}}}}
+            {"name": "node", "replicas": 1, "template": {"metadata": {"labels": runtime_check.TRAINER_STEP_LABELS},
+                                                         "spec": {"template": {"spec": pod_spec}}}}
         ]}}},
     })
 

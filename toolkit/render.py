@@ -196,6 +196,9 @@ def runtime(
     rjob = runtime_check.node_job(out)
     if rjob is None:
         raise RenderError(f"{runtime_check.NODE}: the trainer's replicated job must exist, found absent")
+    steps = runtime_check.trainer_step(out)
+    if steps:
+        raise RenderError("; ".join(str(r) for r in steps))
     template = _dict_at(rjob, "template", f"{runtime_check.NODE}.template")
     job_spec = _dict_at(template, "spec", runtime_check.NODE_JOB_SPEC)
     pod_template = _dict_at(job_spec, "template", f"{runtime_check.NODE_JOB_SPEC}.template")

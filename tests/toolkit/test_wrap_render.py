@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -105,10 +106,18 @@ def test_shipped_runtimes_are_refused_then_accepted_after_render(trainer_runtime
         (doc,) = yamlio.load_documents(str(path))
         assert doc["kind"] == "ClusterTrainingRuntime"
         refusals = [str(r) for r in runtime_check.check(doc)]
-        assert refusals == [
+        steps = [str(r) for r in runtime_check.trainer_step(doc)]
+        assert refusals == [*steps,
             "spec.template.spec.replicatedJobs[node].template.spec.template.spec.restartPolicy: must be Never, found absent",
             "spec.template.spec.replicatedJobs[node].template.spec.backoffLimit: must be 0, found absent",
         ], path
+        if steps:
+            # An MPI runtime gives spec.trainer to its launcher: `node` would run without the
+            # prologue. Refused by render too, by that field.
+            assert any("replicatedJobs[launcher]" in s for s in steps) and any("replicatedJobs[node]" in s for s in steps)
+            with pytest.raises(render.RenderError, match="must be trainer"):
+                render.runtime(doc)
+            continue
         before = copy.deepcopy(doc)
         rendered = render.runtime(doc)
         assert doc == before, "render must not modify its input"
@@ -140,7 +149,8 @@ def _runtime(**node_job: object) -> dict[str, object]:
     base = render.runtime({
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime", "metadata": {"name": "r"},
         "spec": {"template": {"spec": {"replicatedJobs": [
-            {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "image": "i"}]}}}}},
+            {"name": "node", "template": {"metadata": {"labels": runtime_check.TRAINER_STEP_LABELS},
+                                          "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "i"}]}}}}},
         ]}}},
     })
     return base
@@ -196,3 +206,24 @@ def test_not_a_runtime() -> None:
         doc = _runtime()
         doc["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["serviceAccountName"] = "other"  # type: ignore[index]
         render.runtime(doc)
+
+
+def test_a_runtime_whose_trainer_step_is_not_node_is_refused_by_field_by_render_and_check() -> None:
+    """Trainer gives the TrainJob's command, the prologue and its env only to the replicated job
+    labelled trainjob-ancestor-step=trainer: without that label on `node` (or with it on another
+    job) the pods run the image's own command, with no DISPATCH_EPOCH."""
+    field = "spec.template.spec.replicatedJobs[{}].template.metadata.labels[trainer.kubeflow.org/trainjob-ancestor-step]"
+    rendered = _runtime()
+    unlabelled = copy.deepcopy(rendered)
+    del unlabelled["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["metadata"]
+    assert [str(r) for r in runtime_check.check(unlabelled)] == [
+        f"{field.format('node')}: must be trainer: Trainer gives the TrainJob's command, the prologue and its env "
+        "only to the replicated job so labelled, found absent"]
+    with pytest.raises(render.RenderError, match=re.escape(field.format("node"))):
+        render.runtime(unlabelled)
+    other = copy.deepcopy(rendered)
+    other["spec"]["template"]["spec"]["replicatedJobs"].append(
+        {"name": "launcher", "template": {"metadata": {"labels": runtime_check.TRAINER_STEP_LABELS}}})
+    assert [r.path for r in runtime_check.check(other)] == [field.format("launcher")]
+    with pytest.raises(render.RenderError, match=re.escape(field.format("launcher"))):
+        render.runtime(other)
