@@ -72,6 +72,10 @@ PODINFO_DIR = "/etc/dispatch/podinfo"
 # filesystem is read-only); its startupProbe (`python3 -m sidecar --started`) looks for it, so
 # the kubelet starts the trainer only once that first check has run, whatever its verdict.
 SIDECAR_STATE_VOLUME = "dispatch-sidecar-state"
+# The sidecar's own ServiceAccount token (a projected volume, the pod's automount off), mounted
+# where the sidecar looks for its in-cluster credentials; no other container mounts it.
+SIDECAR_TOKEN_VOLUME = "dispatch-sidecar-token"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SIDECAR_STATE_DIR = "/run/dispatch-sidecar"
 SIDECAR_STARTED_FILE = SIDECAR_STATE_DIR + "/started"
 SIDECAR_STARTED_ENV = "DISPATCH_SIDECAR_STARTED_FILE"

@@ -14,7 +14,14 @@ raises A before anything runs (§6).
 - the sidecar verifier as a native sidecar (an initContainer with
   `restartPolicy: Always`; Trainer's patch can only amend containers that
   exist, so the sidecar must be in the runtime), its Downward API volume,
-  and the pod's serviceAccountName (the sidecar's ServiceAccount).
+  and the pod's serviceAccountName (the sidecar's ServiceAccount);
+- the ServiceAccount token for the sidecar only: `automountServiceAccountToken:
+  false` on the pod, and a projected volume (a bound, expiring token, the
+  cluster's CA and the namespace, as the kubelet's own automount holds them)
+  mounted read-only into the sidecar alone. The trainer's code cannot read
+  the sidecar's token; training code that needs cloud credentials mounts a
+  projected token of its own in the runtime (with its own audience), which
+  render leaves as it is.
 It is idempotent (rendering its output again changes nothing) and leaves
 every other field, including failure policies the user chose, as it was:
 deciding to allow rank restarts is the user's, and `runtime_check` reports
@@ -112,7 +119,9 @@ def sidecar_container(*, image: str = names.SIDECAR_IMAGE, env: Sequence[Obj] = 
             *[dict(e) for e in env],
         ],
         "volumeMounts": [{"name": names.PODINFO_VOLUME, "mountPath": names.PODINFO_DIR, "readOnly": True},
-                         {"name": names.SIDECAR_STATE_VOLUME, "mountPath": names.SIDECAR_STATE_DIR}],
+                         {"name": names.SIDECAR_STATE_VOLUME, "mountPath": names.SIDECAR_STATE_DIR},
+                         {"name": names.SIDECAR_TOKEN_VOLUME, "mountPath": names.SERVICE_ACCOUNT_DIR,
+                          "readOnly": True}],
         # The kubelet starts the trainer once this succeeds: after the sidecar's first check has run
         # (whatever its verdict). A sidecar that never checks keeps the trainer from starting.
         "startupProbe": {"exec": {"command": ["python3", "-S", "-m", "sidecar", "--started"]},
@@ -129,6 +138,20 @@ def sidecar_container(*, image: str = names.SIDECAR_IMAGE, env: Sequence[Obj] = 
             "seccompProfile": {"type": "RuntimeDefault"},
             "capabilities": {"drop": ["ALL"]},
         },
+    }
+
+
+def sidecar_token_volume() -> Obj:
+    """The sidecar's credentials, as the kubelet's automount would give them (token, ca.crt,
+    namespace), for the sidecar alone: an hour's token the kubelet rotates."""
+    return {
+        "name": names.SIDECAR_TOKEN_VOLUME,
+        "projected": {"defaultMode": 0o444, "sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace",
+                                        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+        ]},
     }
 
 
@@ -213,8 +236,10 @@ def runtime(
             f"{service_account!r}; grant {account!r} the sidecar's rights and pass it as the service account"
         )
     pod_spec["serviceAccountName"] = service_account
+    pod_spec["automountServiceAccountToken"] = False  # the sidecar's token is mounted into it alone
     _upsert(_list_at(pod_spec, "initContainers", f"{runtime_check.NODE_POD_SPEC}.initContainers"),
             sidecar_container(image=sidecar_image))
     _upsert(_list_at(pod_spec, "volumes", f"{runtime_check.NODE_POD_SPEC}.volumes"), podinfo_volume())
     _upsert(_list_at(pod_spec, "volumes", f"{runtime_check.NODE_POD_SPEC}.volumes"), sidecar_state_volume())
+    _upsert(_list_at(pod_spec, "volumes", f"{runtime_check.NODE_POD_SPEC}.volumes"), sidecar_token_volume())
     return out

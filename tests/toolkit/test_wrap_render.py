@@ -134,7 +134,9 @@ def test_sidecar_contract() -> None:
     c = render.sidecar_container(image="img:1")
     assert c["image"] == "img:1" and c["restartPolicy"] == "Always"
     assert c["volumeMounts"] == [{"name": names.PODINFO_VOLUME, "mountPath": "/etc/dispatch/podinfo", "readOnly": True},
-                                 {"name": names.SIDECAR_STATE_VOLUME, "mountPath": "/run/dispatch-sidecar"}]
+                                 {"name": names.SIDECAR_STATE_VOLUME, "mountPath": "/run/dispatch-sidecar"},
+                                 {"name": names.SIDECAR_TOKEN_VOLUME,
+                                  "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}]
     # The trainer waits for the sidecar's first check (its mark file), never for a verdict.
     assert c["startupProbe"]["exec"]["command"] == ["python3", "-S", "-m", "sidecar", "--started"]
     assert {"name": "DISPATCH_SIDECAR_STARTED_FILE", "value": "/run/dispatch-sidecar/started"} in c["env"]
@@ -227,3 +229,25 @@ def test_a_runtime_whose_trainer_step_is_not_node_is_refused_by_field_by_render_
     assert [r.path for r in runtime_check.check(other)] == [field.format("launcher")]
     with pytest.raises(render.RenderError, match=re.escape(field.format("launcher"))):
         render.runtime(other)
+
+
+def test_only_the_sidecar_mounts_the_service_account_token() -> None:
+    """No automount on the pod: the sidecar's projected token goes into the sidecar alone, and a
+    projected token the runtime mounts for its own trainer (cloud credentials) is left as it is."""
+    own = {"name": "cloud-token", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "audience": "sts.example", "expirationSeconds": 3600}}]}}
+    doc = _runtime()
+    pod = doc["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["volumes"].append(own)
+    pod["containers"][0]["volumeMounts"] = [{"name": "cloud-token", "mountPath": "/var/run/secrets/cloud"}]
+    rendered = render.runtime(doc)
+    pod = rendered["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["cloud-token"] == own
+    sources = volumes[names.SIDECAR_TOKEN_VOLUME]["projected"]["sources"]
+    assert [next(iter(s)) for s in sources] == ["serviceAccountToken", "configMap", "downwardAPI"]
+    mounting = {c["name"] for c in [*pod["containers"], *pod["initContainers"]]
+                if any(m["name"] == names.SIDECAR_TOKEN_VOLUME for m in c.get("volumeMounts") or [])}
+    assert mounting == {names.SIDECAR_CONTAINER}
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "cloud-token", "mountPath": "/var/run/secrets/cloud"}]
