@@ -1,4 +1,4 @@
-"""The Kueue admission check (DESIGN.md §6, Kueue mode).
+"""The Kueue admission check (docs/adapter.md, Kueue mode).
 
 Kueue reserves quota for a Workload, then waits for every AdmissionCheck of
 its ClusterQueue to be Ready before it admits and unsuspends the job. Ours

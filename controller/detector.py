@@ -1,4 +1,4 @@
-"""Reset detection against the cluster (DESIGN.md §7), both modes.
+"""Reset detection against the cluster (docs/adapter.md), both modes.
 
 Three inputs, one output. The inputs are the JobSet of one of our TrainJobs
 (its UID is recorded the first time it is seen; a different one later is a
@@ -93,7 +93,7 @@ def exempt(pod: Obj, trainjob: Obj) -> bool:
 
 
 def judge(pod: Obj, trainjob: Obj, *, admitted: bool | None = None) -> list[detect.Violation]:
-    """Pure: the §7 violation a trainer pod shows against its TrainJob.
+    """Pure: the violations a trainer pod shows against its TrainJob.
 
     - Not judged: a pod created before the TrainJob (an earlier TrainJob of
       the same name), or at or before the last adoption (judged by a person).
@@ -202,7 +202,7 @@ def _created_below_floor(pod: Obj, trainjob: Obj) -> detect.Violation | None:
 
 
 def pod_violation(pod: Obj, trainjob: Obj) -> detect.Violation | None:
-    """Pure: the first §7 violation of a pod of our trainer job, or None."""
+    """Pure: the first violation of a pod of our trainer job, or None."""
     found = judge(pod, trainjob)
     return found[0] if found else None
 
@@ -228,7 +228,7 @@ def claimed_pod(event: Obj) -> str | None:
 
 
 def confirmed(*, trainjob: Obj, pod: Obj | None, jobset: Obj | None) -> list[detect.Violation]:
-    """Pure: every §7 violation the controller's own reads show for this
+    """Pure: every violation the controller's own reads show for this
     TrainJob. `pod` is the pod a report named (None when it does not exist),
     `jobset` the TrainJob's JobSet (None when there is none); either is
     ignored unless it belongs to this TrainJob, so a report cannot borrow

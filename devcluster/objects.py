@@ -6,7 +6,7 @@ go through the real apiserver. bench/controller plays Kueue with these, and
 so do the adapter's cluster tests (tests/adapter/kit.py).
 
 The TrainJob names a TrainingRuntime in its own namespace (RUNTIME), made
-compliant (§5) by the renderer and created with it (`ensure_runtime`): open,
+compliant (the runtime requirements) by the renderer and created with it (`ensure_runtime`): open,
 release and the admission check read the runtime again at each admission, and
 refuse a TrainJob whose runtime is missing or unfit.
 """
@@ -47,7 +47,7 @@ def trainjob_body(name: str, *, suspend: bool = True, admission: int = 0) -> Obj
 
 
 def runtime_body(name: str = RUNTIME) -> Obj:
-    """A TrainingRuntime that §5 accepts (the renderer's own fields)."""
+    """A TrainingRuntime the runtime check accepts (the renderer's own fields)."""
     pod_spec: Obj = {"containers": [{"name": "node", "image": "busybox"}]}
     return render.runtime({
         "apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}",

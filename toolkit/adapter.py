@@ -1,10 +1,10 @@
-"""The adapter operations (DESIGN.md §4, §6, §7): start, open, release, hold,
+"""The adapter operations (docs/toolkit.md, docs/adapter.md): start, open, release, hold,
 status, executions and adopt, plus the raise loop, the foreign flag and the
 execution record the controller shares.
 
 Each operation is a small function over a `kube.Client`; the rules it
 applies are pure and live elsewhere (`raising` for the raise, `detect` for
-resets, `render` for the TrainJob, `runtime_check` for §5, `identity` for
+resets, `render` for the TrainJob, `runtime_check` for the runtime requirements, `identity` for
 the epoch). The CLI (`toolkit.cli_cluster`) and the controller are shells
 around these.
 
@@ -38,7 +38,7 @@ Obj = dict[str, Any]
 # Which Workload admission the last raise was for (see controller.admission).
 RAISED_FOR_ANNOTATION = names.RAISED_FOR_ANNOTATION
 # Written by start when the request allows a failed rank to be replaced
-# (DESIGN.md §5), so the runtime's later checks apply the same rule.
+# (docs/toolkit.md), so the runtime's later checks apply the same rule.
 ALLOW_RANK_RESTART_ANNOTATION = f"{names.DOMAIN}/allow-rank-restart"
 # The AdmissionCheck controllerName of our Kueue check (controller.admission).
 CHECK_CONTROLLER_NAME = admission_checks.CONTROLLER_NAME
@@ -70,7 +70,7 @@ def raise_admission(
     on_conflict: Callable[[], None] | None = None,
     first: Obj | None = None,
 ) -> Raised:
-    """Raise A on the TrainJob (§6) and return the A written.
+    """Raise A on the TrainJob (`raising`) and return the A written.
 
     `skip_if(trainjob)` returning an A means "already done for this
     purpose, write nothing" (the controller's crash-safe re-run); it is
@@ -131,7 +131,7 @@ def _runtime(client: kube.Client, *, namespace: str, ref: Obj) -> Obj:
 
 
 def check_runtime(client: kube.Client, *, trainjob: Obj, allow_rank_restart: bool | None = None) -> None:
-    """DESIGN.md §5 against the runtime the TrainJob names, read now: a
+    """The runtime requirements (docs/toolkit.md) against the runtime the TrainJob names, read now: a
     (Cluster)TrainingRuntime can be edited after start, and a JobSet rebuilt
     later uses the edited one. AdapterError names the field and the value.
     `allow_rank_restart` None: as start recorded it on the TrainJob."""
@@ -202,7 +202,7 @@ def _jobset(client: kube.Client, *, trainjob: Obj) -> Obj | None:
 
 def check_jobset(client: kube.Client, *, namespace: str, name: str, jobset: Obj | None,
                  component: str = COMPONENT) -> str | None:
-    """Record the JobSet's UID the first time it is seen (DESIGN.md §7, by the
+    """Record the JobSet's UID the first time it is seen (docs/adapter.md, by the
     adapter as by the controller); a different one is flagged foreign. The
     cause, or None."""
     if jobset is None or (jobset.get("metadata") or {}).get("deletionTimestamp"):

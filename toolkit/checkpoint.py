@@ -1,5 +1,5 @@
 """The checkpoint fence: publish a checkpoint directory so that a late save
-from a superseded execution can never overwrite a newer one (DESIGN.md §11,
+from a superseded execution can never overwrite a newer one (docs/checkpoint.md,
 docs/checkpoint.md).
 
     from toolkit import checkpoint

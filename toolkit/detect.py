@@ -1,4 +1,4 @@
-"""Reset detection rules (DESIGN.md §7), as pure functions.
+"""Reset detection rules (docs/adapter.md), as pure functions.
 
 Both the controller and the sidecar verifier decide with these, so the two
 can never disagree on what a violation is or how it is worded. Nothing here

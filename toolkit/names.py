@@ -1,4 +1,4 @@
-"""The names of the contract (DESIGN.md §2, §4, §7): one copy, imported by
+"""The names of the contract (docs/prologue.md, docs/toolkit.md, docs/adapter.md): one copy, imported by
 the toolkit, the controller and the sidecar. Pure constants, no imports, so
 the sidecar can use it without paying for anything else."""
 

@@ -1,4 +1,4 @@
-"""The raise of A (DESIGN.md §6), as pure logic.
+"""The raise of A (docs/adapter.md), as pure logic.
 
 A raise reads a TrainJob and returns the object to write back: our runtime
 patch entry carries `max(A in our patch, floor) + 1` and the floor
@@ -48,7 +48,7 @@ from toolkit import detect, history, names
 
 Obj = dict[str, Any]
 
-# Where A lives inside our runtime-patch entry (DESIGN.md §4).
+# Where A lives inside our runtime-patch entry (docs/toolkit.md).
 _PATCH_PATH = ("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
 # The highest A the prologue accepts with J = 0 (R < 10^6).
 MAX_ADMISSION = 999_999

@@ -1,12 +1,13 @@
-"""Rendering (DESIGN.md §4, §5, §8): the TrainJob for a StartRequest, and
-the runtime helper that makes a user's (Cluster)TrainingRuntime fit §5.
+"""Rendering (docs/toolkit.md, docs/sidecar.md): the TrainJob for a StartRequest, and
+the runtime helper that makes a user's (Cluster)TrainingRuntime fit the runtime requirements
+(`runtime_check`).
 
 `trainjob(request)` is complete and final: spec.trainer is immutable after
 creation, so everything run-time-dependent reaches the container through
 the Downward API (A from the pod annotation our runtime patch sets, J from
 JobSet's restart label) and the prologue. It is created suspended with A =
 "0" in our runtime-patch entry; the adapter or the admission controller
-raises A before anything runs (§6).
+raises A before anything runs (`raising`).
 
 `runtime(doc)` adds what the adapter needs and a runtime patch cannot:
 - `restartPolicy: Never` on the node pod template and `backoffLimit: 0` on
@@ -209,7 +210,7 @@ def runtime(
     sidecar_image: str = names.SIDECAR_IMAGE,
     service_account: str = names.SIDECAR_SERVICE_ACCOUNT,
 ) -> Obj:
-    """A copy of the runtime with §5's fields and the sidecar added."""
+    """A copy of the runtime with the runtime requirements' fields and the sidecar added."""
     if not isinstance(doc, Mapping):
         raise RenderError(f"(document): must be a mapping, found {type(doc).__name__}")
     kind = doc.get("kind")

@@ -1,4 +1,4 @@
-"""Runtime requirements (DESIGN.md §5) against a (Cluster)TrainingRuntime.
+"""Runtime requirements (docs/toolkit.md) against a (Cluster)TrainingRuntime.
 
 Why: a kubelet restarting a container in place, or a Job replacing a failed
 pod, starts a new execution that raises neither A nor J, so two executions
@@ -123,7 +123,7 @@ def trainer_step(runtime: Mapping[str, Any]) -> list[Refusal]:
 
 
 def check(runtime: object, *, allow_rank_restart: bool = False) -> list[Refusal]:
-    """Every refusal of §5 for this runtime; empty when it is acceptable."""
+    """Every refusal of the requirements above for this runtime; empty when it is acceptable."""
     if not isinstance(runtime, Mapping):
         return [Refusal("(document)", f"must be a mapping, found {type(runtime).__name__}")]
     kind = _get(runtime, "kind")

@@ -1,4 +1,4 @@
-"""A model test of the identity (seed 000, DESIGN.md §2, §6, §7) and of the
+"""A model test of the identity (docs/prologue.md, docs/adapter.md) and of the
 way back from a foreign flag (`adopt`).
 
 A hypothesis state machine drives one TrainJob through the events that end

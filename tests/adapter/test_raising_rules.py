@@ -99,7 +99,7 @@ def test_a_written_by_raises_strictly_increases_whatever_is_rewritten_between(op
         elif op[0] == "delete":
             tj["spec"]["runtimePatches"] = []
         # someone lowering the floor AND the patch together defeats detection
-        # by design (DESIGN.md §7's trust boundary); lowering one is covered.
+        # by design (the trust boundary of docs/threat-model.md); lowering one is covered.
     assert written == sorted(set(written))
 
 

@@ -1,5 +1,5 @@
 """toolkit.checkpoint is standard library only, so any training image with a
-Python can import it (DESIGN.md §11): held two ways, as tests/toolkit holds
+Python can import it (docs/checkpoint.md): held two ways, as tests/toolkit holds
 `toolkit wrap` to importing nothing heavy.
 
 1. In the project's interpreter, importing it and running both commands

@@ -1,4 +1,4 @@
-"""Resets are detected, not prevented (DESIGN.md §7): the controller records
+"""Resets are detected, not prevented (docs/adapter.md): the controller records
 the JobSet UID, flags a new one, flags pods without A or below the floor and
 turns a sidecar's report into the flag only once it has confirmed the
 violation itself, and stops nothing."""

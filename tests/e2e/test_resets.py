@@ -1,4 +1,4 @@
-"""Resets are detected, not prevented (DESIGN.md §7), on the real controllers:
+"""Resets are detected, not prevented (docs/adapter.md), on the real controllers:
 a JobSet deleted by hand is rebuilt by Trainer with restarts 0, and our
 controller flags the TrainJob foreign with the exact cause; our runtime patch
 rewritten lower does not lower the next raise (the floor holds); a pod that

@@ -1,4 +1,4 @@
-"""wrap and render: the command and env of §4, the runtime helper of §5, and
+"""wrap and render: the command and env of the trainer, the runtime helper, and
 Trainer v2.3.0's own runtimes (from its Go module) before and after."""
 
 from __future__ import annotations
