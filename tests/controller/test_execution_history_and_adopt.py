@@ -267,3 +267,29 @@ def test_an_adoption_is_timed_by_the_apiserver_not_by_the_operators_clock(admin,
     wait_until(lambda: cause in (_foreign(admin, namespace, name) or "").split("\n"), what="the below-floor flag")
     after = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
     assert history.of(after).adoptions[-1].time == history.adopted_at(after)
+
+
+def test_adopt_re_queues_through_the_checks_of_the_controller_name_it_is_given(control_plane, admin, namespace):
+    """The controller serves a controllerName of its own choosing (its --controller-name); a CLI
+    cannot read its settings, so adopt takes that name (or the checks by name) and re-queues
+    through the AdmissionChecks that carry it."""
+    from controller import admission
+
+    served = "example.com/our-admission-check"
+    check = f"ours-{namespace}"
+    admin.create(paths.ADMISSION_CHECK, {"metadata": {"name": check}, "spec": {"controllerName": served}})
+    body = kit.trainjob_body("queued")
+    body["metadata"]["labels"] = {names.KUEUE_QUEUE_LABEL: "lq"}
+    kit.ensure_runtime(admin, namespace)
+    tj = admin.create(paths.TRAINJOB, body, namespace=namespace)
+    wl = kit.create_workload(admin, tj)
+    reserved = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    adapter.raise_admission(admin, namespace=namespace, name="queued")
+    admin.replace(paths.WORKLOAD, admission.with_check_ready(reserved, checks=[check], admission=1), subresource="status")
+    kit.set_suspend(admin, namespace, "queued", False)  # Kueue admits
+    adapter.flag_foreign(admin, namespace=namespace, name="queued", violation=detect.Violation("x", "a reset"))
+    done = _toolkit(control_plane, "adopt", "queued", "-n", namespace, "--reason", "checked",
+                    "--controller-name", served)
+    assert done.exit_code == 0, done.output
+    assert f"re-queued through the admission check: {wl['metadata']['name']}" in done.output
+    assert kit.check_entry(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)["state"] == "Retry"
