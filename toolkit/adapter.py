@@ -189,6 +189,13 @@ def _get_trainjob(client: kube.Client, *, namespace: str, name: str) -> Obj:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
 
 
+def restarts_of(jobset: Obj | None) -> int:
+    """J as the JobSet has it now: its status.restarts (0 without a JobSet or before JobSet writes
+    it; a value that is not a count reads as 0, as JobSet never writes one)."""
+    value = ((jobset or {}).get("status") or {}).get("restarts")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def _jobset(client: kube.Client, *, trainjob: Obj) -> Obj | None:
     """Trainer's one JobSet of the TrainJob (named like it and owned by its UID), if any. A JobSet
     of that name owned by another UID is a deleted predecessor's, not yet collected: not this one."""
@@ -385,7 +392,7 @@ def compute_status(trainjob: Obj, jobset: Obj | None) -> Status:
     annotations = meta.get("annotations") or {}
     counts = raising.counts(trainjob)
     suspended = raising.is_suspended(trainjob)
-    restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0)
+    restarts = restarts_of(jobset)
     # Suspended: the next admission raises first. Running: the pods run with
     # the A in the patch (the floor equals it unless the patch was rewritten).
     admission = counts.next if suspended else (counts.patch if counts.patch is not None else counts.current)
@@ -601,7 +608,7 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, checks
     jobset = _jobset(client, trainjob=_get_trainjob(client, namespace=namespace, name=name))
     live = jobset is not None and not jobset["metadata"].get("deletionTimestamp")
     uid = jobset["metadata"]["uid"] if live and jobset is not None else None
-    restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0) if uid else 0
+    restarts = restarts_of(jobset) if uid else 0
     when = detect.now()  # a placeholder until the apiserver's stamp replaces it (see the docstring)
 
     def compute(trainjob: Obj) -> tuple[Obj | None, tuple[Obj, Adopted]]:

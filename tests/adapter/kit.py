@@ -15,11 +15,11 @@ every helper from one place."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
 from devcluster import objects
+from tests import waiting
 from toolkit import kube, names, paths, render
 
 Obj = objects.Obj
@@ -118,14 +118,7 @@ def check_entry(client: kube.Client, *, namespace: str, name: str, check: str) -
 
 
 def wait_for(fn: Any, *, timeout: float = 15.0, interval: float = 0.02, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return waiting.until(what, fn, timeout=timeout, interval=interval)
 
 
 def annotations(client: kube.Client, namespace: str, name: str) -> dict[str, str]:

@@ -64,7 +64,7 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
         body={"propagationPolicy": "Background"})
     new = scenario.wait("Trainer to build a new JobSet", lambda: (
         (js := scenario.jobset()) and js["metadata"]["uid"] != old_uid and js))
-    assert int((new.get("status") or {}).get("restarts") or 0) == 0
+    assert adapter.restarts_of(new) == 0
     # The kubelet runs the rebuilt JobSet's pods whether or not the controller
     # has flagged the TrainJob yet: nothing prevents a reset, it is detected.
     rebuilt = [scenario.run(pod) for pod in scenario.new_pods()]
