@@ -68,6 +68,9 @@ from controller import detector
 from toolkit import adapter, detect, history, kube, names, paths, raising
 
 
+CHECK = "ac"  # our AdmissionCheck's name in the model
+
+
 class Store(kube.Client):
     """One TrainJob behind resourceVersion preconditions, and its JobSet; I/O only."""
 
@@ -80,8 +83,15 @@ class Store(kube.Client):
         self.before_write: Callable[[], object] | None = None  # a hook to slip a racing writer in
         self.jobset: dict | None = None
         self.pods: dict[str, dict] = {}  # by name, as the apiserver holds them now
+        self.admitted = False  # Kueue's Workload shows our check Ready (an admission through it)
 
     def list(self, res, *, namespace=None, label_selector=None, field_selector=None):
+        if res == paths.WORKLOAD:  # the TrainJob's one Workload, our check's state on it
+            owner = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "tj",
+                     "uid": self.obj["metadata"]["uid"]}
+            state = "Ready" if self.admitted else "Pending"
+            return [{"metadata": {"name": "wl", "ownerReferences": [owner]},
+                     "status": {"admissionChecks": [{"name": CHECK, "state": state}]}}], "1"
         assert res == paths.POD and field_selector and field_selector.startswith("metadata.name=")
         pod = self.pods.get(field_selector.split("=", 1)[1])
         return ([copy.deepcopy(pod)] if pod is not None else []), "1"
@@ -94,18 +104,32 @@ class Store(kube.Client):
         return copy.deepcopy(self.obj)
 
     def replace(self, res, obj, *, subresource=None, field_manager=None):
+        if res == paths.WORKLOAD:  # adopt sets our check Retry: Kueue evicts (the model stops it)
+            self.admitted = False
+            return obj
         if self.before_write is not None:
             hook, self.before_write = self.before_write, None
             hook()
         if obj["metadata"]["resourceVersion"] != str(self.rv):
             raise kube.Conflict(409, "Conflict", "the object has been modified")
         self.rv += 1
+        before = self.obj
         self.obj = copy.deepcopy(obj)
         self.obj["metadata"]["resourceVersion"] = str(self.rv)
-        if field_manager is not None:  # every write of the raise's manager changes the floor it owns
-            others = [e for e in self.obj["metadata"].get("managedFields") or [] if e["manager"] != field_manager]
-            self.obj["metadata"]["managedFields"] = [
-                *others, {"manager": field_manager, "operation": "Update", "time": self.clock()}]
+        # managedFields as the apiserver keeps them for what the rules read: the writer that
+        # changed spec.suspend owns it; a named manager's entry is stamped at each of its writes
+        # (the raise's and the adopt's each change a field only they write).
+        manager = field_manager or "python-client"
+        entries = {e["manager"]: e for e in copy.deepcopy(before["metadata"].get("managedFields") or [])}
+        if before["spec"].get("suspend") != self.obj["spec"].get("suspend"):
+            for entry in entries.values():
+                entry.get("fieldsV1", {}).get("f:spec", {}).pop("f:suspend", None)
+            entry = entries.setdefault(manager, {"manager": manager, "operation": "Update"})
+            entry.setdefault("fieldsV1", {}).setdefault("f:spec", {})["f:suspend"] = {}
+            entry["time"] = self.clock()
+        if field_manager is not None:
+            entries.setdefault(manager, {"manager": manager, "operation": "Update"})["time"] = self.clock()
+        self.obj["metadata"]["managedFields"] = list(entries.values())
         return copy.deepcopy(self.obj)
 
     def event(self, **kw):
@@ -118,7 +142,8 @@ class Identity(stateful.RuleBasedStateMachine):
         tj = {
             "apiVersion": "trainer.kubeflow.org/v1alpha1",
             "kind": "TrainJob",
-            "metadata": {"name": "tj", "namespace": "ns", "annotations": {}},
+            "metadata": {"name": "tj", "namespace": "ns", "uid": "tj-uid", "annotations": {},
+                         "labels": {names.KUEUE_QUEUE_LABEL: "lq"}},
             "spec": {"suspend": True, "runtimePatches": [raising.patch_entry(0)]},
         }
         self.store = Store(tj, clock=self._now)
@@ -132,7 +157,7 @@ class Identity(stateful.RuleBasedStateMachine):
         # the controller's work, queued when its cause appears
         self.pod_events: list[str] = []
         self.jobset_events: list[None] = []
-        self.detector = detector.Detector(self.store, clock=self._now)
+        self.detector = detector.Detector(self.store, clock=self._now, ours=lambda: {CHECK})
         self.conflicts = 0
         self.raises: list[int] = []  # the step of every raise
         self.resets = 0  # rewrites and deletions of the patch, JobSets replaced
@@ -157,7 +182,7 @@ class Identity(stateful.RuleBasedStateMachine):
         self.store.jobset = {
             "metadata": {"name": "tj", "namespace": "ns", "uid": uuid.uuid4().hex,
                          "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                                              "name": "tj"}]},
+                                              "name": "tj", "uid": "tj-uid"}]},
             "status": {"restarts": 0},
         }
         self.jobset_events.append(None)
@@ -222,6 +247,7 @@ class Identity(stateful.RuleBasedStateMachine):
 
     def _stop(self) -> None:
         self._write(lambda o: o["spec"].__setitem__("suspend", True))
+        self.store.admitted = False  # evicted: Kueue sets our check Pending again
         self.running = False
         self.raised_since_suspend = False
         self._end_pods()
@@ -265,7 +291,23 @@ class Identity(stateful.RuleBasedStateMachine):
     @stateful.precondition(lambda self: not self.running and self.raised_since_suspend)
     @stateful.rule()
     def kueue_admits_and_unsuspends(self) -> None:
+        self.store.admitted = True  # our check Ready: Kueue admits
         self._write(lambda o: o["spec"].__setitem__("suspend", False))
+        self.running = True
+        self._start_execution()
+
+    @stateful.precondition(lambda self: not self.running)
+    @stateful.rule()
+    def unsuspended_by_hand(self) -> None:
+        """`kubectl patch --type merge -p '{"spec":{"suspend":false}}'` after a hold or an eviction:
+        Trainer resumes the same JobSet; no raise, no admission through our check."""
+        def compute(obj):
+            obj["spec"]["suspend"] = False
+            return obj, None
+
+        self.store.read_modify_write(paths.TRAINJOB, name="tj", namespace="ns", compute=compute,
+                                     field_manager="kubectl-patch")
+        self.resets += 1
         self.running = True
         self._start_execution()
 
@@ -305,6 +347,31 @@ class Identity(stateful.RuleBasedStateMachine):
         self.resets += 1
 
     @stateful.precondition(lambda self: not self.running)
+    @stateful.rule(value=st.sampled_from([None, "0", "1", "x"]))
+    def floor_edited(self, value: str | None) -> None:
+        """The floor annotation set by hand (None: deleted)."""
+        def edit(o):
+            annotations = o["metadata"].setdefault("annotations", {})
+            if value is None:
+                annotations.pop(names.FLOOR_ANNOTATION, None)
+            else:
+                annotations[names.FLOOR_ANNOTATION] = value
+        self._write(edit)
+        self.resets += 1
+
+    @stateful.rule(value=st.sampled_from([None, "{not json", '{"highWater": 0}']))
+    def history_edited(self, value: str | None) -> None:
+        """The history annotation deleted, made unreadable or rewritten with a lower mark."""
+        def edit(o):
+            annotations = o["metadata"].setdefault("annotations", {})
+            if value is None:
+                annotations.pop(history.HISTORY_ANNOTATION, None)
+            else:
+                annotations[history.HISTORY_ANNOTATION] = value
+        self._write(edit)
+        self.resets += 1
+
+    @stateful.precondition(lambda self: not self.running)
     @stateful.rule()
     def patch_deleted(self) -> None:
         self._write(lambda o: o["spec"].__setitem__("runtimePatches", []))
@@ -322,13 +389,19 @@ class Identity(stateful.RuleBasedStateMachine):
     @stateful.rule()
     def a_person_adopts(self) -> None:
         self._catch_up()
-        done = adapter.adopt(self.store, namespace="ns", name="tj", reason="checked by a person")
+        if history.of(self.store.obj).unreadable:
+            with pytest.raises(adapter.AdapterError, match="unreadable"):
+                adapter.adopt(self.store, namespace="ns", name="tj", reason="checked by a person")
+            return  # a person repairs it first; the flag stands
+        done = adapter.adopt(self.store, namespace="ns", name="tj", reason="checked by a person", checks={CHECK})
         self.flags[-1][1] = self.step
         assert not adapter.is_flagged(self.store.obj)
         if done.held:
             self.running = False
             self.raised_since_suspend = False
             self._end_pods()
+        if done.requeued:
+            self._stop()  # Kueue evicts on Retry; the next admission raises
         seen = max((e["r"] for e in self.executions), default=0)
         assert done.next_r > seen, f"adopt's next R {done.next_r} is not above the R {seen} already seen"
 
@@ -466,3 +539,13 @@ def test_the_model_can_fail_when_ended_pods_are_judged_by_the_floor_as_it_stands
     monkeypatch.setattr(raising, "floor_when_created", lambda tj, created: raising.last_raise(tj) or now(tj, created))
     with pytest.raises(AssertionError, match="flagged with no reset"):
         _preempted_then_raised_trace()
+
+
+def test_the_model_can_fail_without_the_resume_rule(monkeypatch):
+    """Unsuspended by hand, the TrainJob resumes the same JobSet with the same A: without the rule
+    that reads who last set spec.suspend, the repeat goes unflagged, and the machine finds it."""
+
+    def without_resume_rule() -> None:
+        monkeypatch.setattr(detector, "resumed", lambda pod, trainjob, *, admitted: None)
+
+    assert "repeated without a flag" in _fails(without_resume_rule)
