@@ -78,7 +78,7 @@ is_ours = marks.is_ours
 # The rules whose verdict depends on the pod still running: judged again on a
 # fresh read before a flag. The JobSet UID a pod carries never changes.
 LIVE_RULES = frozenset({"missing-admission", "invalid-admission", "invalid-restart", "below-floor",
-                        "resumed-without-raise", "r-repeat"})
+                        "missing-prologue", "resumed-without-raise", "r-repeat"})
 
 
 def exempt(pod: Obj, trainjob: Obj) -> bool:
@@ -143,6 +143,8 @@ def judge_with(pod: Obj, trainjob: Obj, *, admitted: bool | None) -> list[detect
         restart=labels.get(names.RESTART_LABEL),
         floor=raising.counts(trainjob).floor,
     )
+    if rule is None and isinstance((pod.get("spec") or {}).get("containers"), list):
+        rule = detect.prologue_inputs(pod_name=str(meta.get("name")), containers=pod["spec"]["containers"])
     if rule is not None:
         return [*found, rule]
     again = resumed(pod, trainjob, admitted=admitted)

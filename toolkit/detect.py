@@ -16,6 +16,8 @@ import collections
 import datetime
 import re
 
+from toolkit import names
+
 # "0", or 1 to 6 digits without a leading zero: the prologue's own rule.
 _COUNT = re.compile(r"0|[1-9][0-9]{0,5}")
 # The apiserver's timestamps (creationTimestamp, managedFields time): UTC, to the second.
@@ -120,6 +122,26 @@ def resumed_without_raise(*, pod_name: str, manager: str, time: str, raised_at: 
         "resumed-without-raise",
         f"pod {pod_name} started after spec.suspend was set false by {manager} at {time}, "
         f"not by a raise ({since}): its execution repeats an earlier one's A",
+    )
+
+
+# What the prologue reads from the trainer container's env (toolkit.wrap.dispatch_env).
+PROLOGUE_INPUTS = (names.ENV_ADMISSION, names.ENV_RESTART, names.ENV_EPOCH_PREFIX, names.ENV_TOKEN_PREFIX)
+
+
+def prologue_inputs(*, pod_name: str, containers: list) -> Violation | None:
+    """A running trainer pod whose trainer container lacks the prologue's inputs runs the image's
+    own command: no prologue, no DISPATCH_EPOCH (its runtime gave the TrainJob's spec.trainer to
+    another replicated job, or to none)."""
+    node = next((c for c in containers if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER), {})
+    present = {e.get("name") for e in node.get("env") or [] if isinstance(e, dict)}
+    missing = [name for name in PROLOGUE_INPUTS if name not in present]
+    if not missing:
+        return None
+    return Violation(
+        "missing-prologue",
+        f"pod {pod_name}: its container {names.TRAINER_CONTAINER} has no {', '.join(missing)}: it runs without "
+        "the prologue, so without DISPATCH_EPOCH (its runtime does not give the TrainJob's command to it)",
     )
 
 

@@ -29,8 +29,10 @@ RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 # The UID of the JobSet that created the pod (JobSet sets it on every pod).
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
-# The replicated job of the trainer (Trainer's name for it).
+# The replicated job of the trainer (Trainer's name for it), and its trainer container, the one
+# Trainer gives the TrainJob's spec.trainer (command, args, env).
 TRAINER_REPLICATED_JOB = "node"
+TRAINER_CONTAINER = "node"
 
 # Prologue inputs (environment of the trainer container).
 ENV_ADMISSION = "DISPATCH_K8S_ADMISSION"

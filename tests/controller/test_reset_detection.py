@@ -226,3 +226,19 @@ def test_a_jobset_left_by_a_deleted_trainjob_of_the_same_name_is_not_recorded(ad
     wait_until(lambda: kit.annotations(admin, namespace, name).get(names.JOBSET_UID_ANNOTATION) == own["metadata"]["uid"],
                what="the new JobSet's UID recorded")
     assert _foreign(admin, namespace, name) is None
+
+
+def test_a_running_trainer_pod_without_the_prologues_inputs_is_flagged(admin, namespace, start_controller):
+    """A runtime that gives the TrainJob's spec.trainer to another replicated job than `node` (or
+    to none): `node`'s pods run the image's own command, without the prologue's inputs, so
+    without DISPATCH_EPOCH. The pod carries A and J like any other; its missing env shows it."""
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    adapter.open_(admin, namespace=namespace, name=name)  # A 1
+    start_controller()
+    kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1")
+    bare = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", prologue=False)
+    cause = (f"pod {bare['metadata']['name']}: its container node has no DISPATCH_K8S_ADMISSION, "
+             "DISPATCH_K8S_RESTART, DISPATCH_K8S_EPOCH_PREFIX, DISPATCH_K8S_TOKEN_PREFIX: it runs without the "
+             "prologue, so without DISPATCH_EPOCH (its runtime does not give the TrainJob's command to it)")
+    assert wait_until(lambda: _foreign(admin, namespace, name), what="the flag") == cause
