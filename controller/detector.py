@@ -107,17 +107,15 @@ def judge(pod: Obj, trainjob: Obj, *, admitted: bool | None = None) -> list[dete
     """
     if exempt(pod, trainjob):
         return []
-    meta = pod.get("metadata") or {}
-    recorded = history.of(trainjob)
-    unreadable = history.unreadable_violation(recorded)
+    unreadable = history.unreadable_violation(history.of(trainjob))
     if unreadable is not None:
         # The repeat rule cannot be judged without the history: the TrainJob is flagged for it,
         # and the other rules still apply.
-        return [unreadable, *(v for v in judge_with(pod, trainjob, admitted=admitted) if v.rule != "r-repeat")]
-    return judge_with(pod, trainjob, admitted=admitted)
+        return [unreadable, *(v for v in _judge_with(pod, trainjob, admitted=admitted) if v.rule != "r-repeat")]
+    return _judge_with(pod, trainjob, admitted=admitted)
 
 
-def judge_with(pod: Obj, trainjob: Obj, *, admitted: bool | None) -> list[detect.Violation]:
+def _judge_with(pod: Obj, trainjob: Obj, *, admitted: bool | None) -> list[detect.Violation]:
     """`judge` once the pod is one to judge and the history is readable."""
     meta = pod.get("metadata") or {}
     recorded = history.of(trainjob)
