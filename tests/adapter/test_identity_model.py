@@ -556,11 +556,30 @@ def test_the_model_can_fail_when_ended_pods_are_judged_by_the_floor_as_it_stands
         _preempted_then_raised_trace()
 
 
+def _resumed_by_hand_trace() -> Identity:
+    """Admitted through our check at A = 1 and seen; evicted; unsuspended by hand (no raise, no
+    admission through our check): the same A, J and JobSet run again, and the controller sees it."""
+    machine = Identity()
+    for step in ("kueue_reserves_and_we_raise", "kueue_admits_and_unsuspends", "controller_handles_a_pod",
+                 "controller_handles_the_jobset", "preempt_or_hold", "time_passes", "unsuspended_by_hand",
+                 "controller_handles_a_pod"):
+        getattr(machine, step)()
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    return machine
+
+
+def test_an_execution_resumed_by_hand_is_flagged():
+    machine = _resumed_by_hand_trace()
+    first, again = machine.executions
+    assert first["key"] == again["key"] and again["seen_running"]
+    machine.teardown()
+    foreign = machine.store.obj["metadata"]["annotations"][names.FOREIGN_ANNOTATION]
+    assert f"pod {again['pod']} started after spec.suspend was set false by kubectl-patch at " in foreign
+
+
 def test_the_model_can_fail_without_the_resume_rule(monkeypatch):
-    """Unsuspended by hand, the TrainJob resumes the same JobSet with the same A: without the rule
-    that reads who last set spec.suspend, the repeat goes unflagged, and the machine finds it."""
-
-    def without_resume_rule() -> None:
-        monkeypatch.setattr(detector, "resumed", lambda pod, trainjob, *, admitted: None)
-
-    assert "repeated without a flag" in _fails(without_resume_rule)
+    """Without the rule that reads who last set spec.suspend, the repeat goes unflagged, and the
+    property says so."""
+    monkeypatch.setattr(detector, "resumed", lambda pod, trainjob, *, admitted: None)
+    with pytest.raises(AssertionError, match="repeated without a flag"):
+        _resumed_by_hand_trace().teardown()
