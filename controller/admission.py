@@ -1,4 +1,4 @@
-"""The Kueue admission check (DESIGN.md §6, Kueue mode).
+"""The Kueue admission check (docs/adapter.md, Kueue mode).
 
 Kueue reserves quota for a Workload, then waits for every AdmissionCheck of
 its ClusterQueue to be Ready before it admits and unsuspends the job. Ours
@@ -14,38 +14,49 @@ with the message "not a dispatch TrainJob: approved without a raise", and
 nothing of ours is written on its job. Leaving it Pending instead would hold
 its quota forever for a rule that does not apply to it.
 
-For a Workload owned by one of our TrainJobs, with QuotaReserved true and
-our check Pending, the TrainJob's runtime is checked again first (it may have
-been edited since start; DESIGN.md §5): a refusal sets our check Rejected
-with the refusal (the field and the value found) as its message, and Kueue
-deactivates the Workload, releasing its quota, until a person fixes the
-runtime and reactivates it. Otherwise:
+For a Workload owned by one of our TrainJobs (its ownerReferences name the
+TrainJob's UID, not only its name: a TrainJob deleted and created again
+under the same name is another object), with QuotaReserved true and our
+check Pending, the TrainJob's runtime is checked again first (it may have
+been edited since start): a refusal sets our check Rejected with the refusal
+(the field and the value found) as its message, and Kueue deactivates the
+Workload, releasing its quota, until a person fixes the runtime and
+reactivates it. Otherwise:
     1. raise A on the TrainJob (`adapter.raise_admission`), writing in the
-       SAME update the marker `raised-for = <workload uid>/<workload rv>`,
-       where rv is the Workload resourceVersion that showed the reservation;
+       SAME update the marker
+       `raised-for = <workload uid>/<workload rv>/<trainjob generation>`,
+       where rv is the Workload resourceVersion that showed the reservation
+       and the generation is the one this update gives the TrainJob (one
+       more than the generation read: a raise always changes the spec);
     2. set our check Ready ("A raised to N"), as a status update
        preconditioned on that same rv.
 
 The invariant: Ready is only ever written with an A that no execution has
-started with. Either the TrainJob carries raised-for = W and Ready is written
-on that version W (step 2 needs W unchanged, and step 1 landed W's marker
-together with the raise), or the pass that raised for W finds a newer version
-of the same Workload still waiting on our check and the TrainJob's spec
-unchanged since its own raise (metadata.generation as the raise's write left
-it, still suspended, our A in its patch and floor, our marker): no execution
-has started since the raise, since starting one changes spec.suspend.
+started with. An execution starts only when spec.suspend goes false, which
+changes the TrainJob's spec and so its metadata.generation. Ready for A is
+written only when the TrainJob is suspended and its generation is still the
+one the raise of A left (`raised_here`): nothing has unsuspended it since
+that raise, by hand, by `toolkit open` or `release`, or by Kueue. Either the
+TrainJob carries raised-for = W/g and Ready is written on that version W
+(step 2 needs W unchanged), or the pass that raised for W finds a newer
+version of the same Workload still waiting on our check and the TrainJob
+unchanged since its own raise (`_still_approvable`).
 
 A 409 on step 2 (Kueue wrote the Workload between our read and our Ready)
 is that second case: the pass reads both again and, if they still qualify,
 writes Ready on the new version with the same A, so one admission costs one
-raise. Otherwise the next pass decides from a fresh read.
+raise. Otherwise the next pass decides from a fresh read. Any other refusal
+of step 2 (an admission policy, a webhook, an error) leaves the check
+Pending and the next pass decides from a fresh read too.
 
-Crash between 1 and 2: the next pass reads the Workload; if it is still W,
+Crash (or a refused Ready) between 1 and 2: the next pass reads the
+Workload; if it is still W and the TrainJob still suspended at generation g,
 the marker matches and step 1 writes nothing (no double raise) before step
-2. If it changed meanwhile (Kueue touched it), the marker does not match and
-A is raised again: R grows by two instead of one, which is still monotonic
-(a new process does not know its predecessor's write, so it cannot vouch
-for the generation). So R always increases across admissions.
+2. If either changed meanwhile (Kueue touched the Workload; the TrainJob was
+started and stopped again), the marker does not match and A is raised
+again: R grows by two instead of one, which is still monotonic. So R always
+increases across admissions, and an A an execution may have used is never
+approved.
 
 An evicted Workload is left alone until Kueue reserves quota for it again.
 Kueue sets Evicted and resets our check to Pending at once, but keeps the
@@ -61,11 +72,10 @@ spec.controllerName is ours; only those checks' states are touched.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 from typing import Any
 
-from toolkit import adapter, kube, marks, paths, raising
+from toolkit import adapter, admission_checks, detect, kube, marks, paths, raising
 
 Obj = dict[str, Any]
 
@@ -73,10 +83,6 @@ CONTROLLER_NAME = adapter.CHECK_CONTROLLER_NAME
 UNTOUCHED = "not a dispatch TrainJob: approved without a raise"
 READY_ATTEMPTS = 3  # Ready writes per pass: the first, and two after a Workload write Kueue slipped in
 log = logging.getLogger(__name__)
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def condition_true(obj: Obj, kind: str) -> bool:
@@ -107,8 +113,29 @@ def in_eviction_window(workload: Obj) -> bool:
 
 
 def marker(workload: Obj) -> str:
+    """The Workload version a raise is for: "<uid>/<resourceVersion>"."""
     meta = workload["metadata"]
     return f"{meta['uid']}/{meta['resourceVersion']}"
+
+
+def _generation(trainjob: Obj) -> int | None:
+    generation = (trainjob.get("metadata") or {}).get("generation")
+    return generation if isinstance(generation, int) and not isinstance(generation, bool) else None
+
+
+def raised_for(workload: Obj, trainjob: Obj) -> str:
+    """The raised-for marker a raise for this Workload version writes on TRAINJOB as read before
+    the raise: the Workload's marker and the generation the raise's update gives the TrainJob."""
+    return f"{marker(workload)}/{(_generation(trainjob) or 0) + 1}"
+
+
+def raised_here(trainjob: Obj, workload: Obj) -> bool:
+    """The TrainJob was raised for this Workload version and nothing has changed its spec since
+    (still suspended, at the generation that raise left): no execution has started with its A."""
+    annotations = (trainjob.get("metadata") or {}).get("annotations") or {}
+    generation = _generation(trainjob)
+    return (raising.is_suspended(trainjob) and generation is not None
+            and annotations.get(adapter.RAISED_FOR_ANNOTATION) == f"{marker(workload)}/{generation}")
 
 
 def with_check_ready(workload: Obj, *, checks: list[str], admission: int) -> Obj:
@@ -116,21 +143,7 @@ def with_check_ready(workload: Obj, *, checks: list[str], admission: int) -> Obj
     return with_checks(workload, checks=checks, state="Ready", message=f"A raised to {admission}")
 
 
-def with_checks(workload: Obj, *, checks: list[str], state: str, message: str) -> Obj:
-    """The Workload with our checks in `state`; pure (copies the status list)."""
-    out = dict(workload)
-    status = dict(out.get("status") or {})
-    entries = []
-    for entry in status.get("admissionChecks") or []:
-        entry = dict(entry)
-        if entry.get("name") in checks:
-            entry["state"] = state
-            entry["message"] = message[:1024]
-            entry["lastTransitionTime"] = _now()
-        entries.append(entry)
-    status["admissionChecks"] = entries
-    out["status"] = status
-    return out
+with_checks = admission_checks.with_checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +178,8 @@ def reconcile_workload(
             current = client.get(paths.TRAINJOB, name=trainjob, namespace=namespace)
         except kube.NotFound:
             return Outcome("skipped")  # its job is gone; Kueue deletes the Workload
+        if not marks.owned_by(workload, current):
+            return Outcome("skipped")  # a deleted predecessor's of the same name: gone with it
     if current is None or trainjob is None or not marks.is_ours(current):
         return _set(client, workload, checks=checks, state="Ready", message=UNTOUCHED, action="untouched")
     try:
@@ -172,20 +187,15 @@ def reconcile_workload(
     except adapter.AdapterError as exc:
         log.warning("runtime refused, check Rejected: %s", exc, extra={"workload": f"{namespace}/{name}"})
         return _set(client, workload, checks=checks, state="Rejected", message=str(exc), action="rejected")
-    mark = marker(workload)
-
     def already(tj: Obj) -> int | None:
-        annotations = (tj.get("metadata") or {}).get("annotations") or {}
-        if annotations.get(adapter.RAISED_FOR_ANNOTATION) == mark:
-            return raising.counts(tj).current
-        return None
+        return raising.counts(tj).current if raised_here(tj, workload) else None
 
     try:
         raised = adapter.raise_admission(
             client,
             namespace=namespace,
             name=trainjob,
-            record=(adapter.RAISED_FOR_ANNOTATION, mark),
+            record=lambda tj: (adapter.RAISED_FOR_ANNOTATION, raised_for(workload, tj)),
             skip_if=already,
             on_conflict=on_conflict,
             first=current,
@@ -194,6 +204,7 @@ def reconcile_workload(
         # Not suspended (or gone): never approve without the raise.
         log.warning("not raised, check left Pending: %s", exc, extra={"workload": f"{namespace}/{name}"})
         return Outcome("refused")
+    reserved = workload  # the version the raise was for (its marker names it)
     for _ in range(READY_ATTEMPTS):
         try:
             client.replace(paths.WORKLOAD, with_check_ready(workload, checks=checks, admission=raised.admission),
@@ -203,18 +214,23 @@ def reconcile_workload(
             break
         except kube.Conflict:
             # Kueue wrote the Workload between our read and our Ready (its own status, often).
-            again = _still_approvable(client, workload, checks=checks, ours=ours, trainjob=trainjob, mark=mark,
+            again = _still_approvable(client, reserved, checks=checks, ours=ours, trainjob=trainjob,
                                       raised=raised)
             if again is None:
                 break
             workload = again
+        except (kube.Invalid, kube.Forbidden) as exc:
+            # Refused by an admission policy or a webhook: the check stays Pending; the next pass
+            # decides from a fresh read (any other error is retried the same way by the worker).
+            log.warning("check Ready refused, left Pending: %s", exc, extra={"workload": f"{namespace}/{name}"})
+            return Outcome("refused", raised.admission, raised.conflicts, raised.written)
     # The Workload moved on in a way this raise cannot vouch for: the next pass decides from a
     # fresh read (and raises again if it must).
     return Outcome("stale", raised.admission, raised.conflicts, raised.written)
 
 
 def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], ours: set[str], trainjob: str,
-                      mark: str, raised: adapter.Raised) -> Obj | None:
+                      raised: adapter.Raised) -> Obj | None:
     """The Workload read again, when the A just raised may still be its approval; else None.
 
     It may when the Workload is the same object still waiting on the same checks of ours, and the
@@ -234,7 +250,7 @@ def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], 
                  and (tj.get("metadata") or {}).get("generation") == raised.generation
                  and raising.is_suspended(tj)
                  and raising.counts(tj) == raising.Counts(patch=raised.admission, floor=raised.admission)
-                 and ((tj["metadata"].get("annotations") or {}).get(adapter.RAISED_FOR_ANNOTATION) == mark))
+                 and raised_here(tj, workload))
     return again if same and untouched else None
 
 
@@ -262,7 +278,7 @@ def ensure_active(client: kube.Client, check: Obj) -> bool:
             "status": "True",
             "reason": "Active",
             "message": "dispatch admission-check controller is running",
-            "lastTransitionTime": _now(),
+            "lastTransitionTime": detect.now(),
             "observedGeneration": (check.get("metadata") or {}).get("generation", 0),
         }
     )

@@ -83,8 +83,8 @@ class Controller:
         self.metrics = metrics
         self.stop = threading.Event()
         self.queue = queue.WorkQueue()
-        self.detector = detector.Detector(client, metrics=metrics)
         self.ours: set[str] = set()
+        self.detector = detector.Detector(client, metrics=metrics, ours=self._ours)
         self._ours_lock = threading.Lock()
         # Workload uid -> when it was first seen waiting on our check (quota
         # reserved, check Pending): the start of its ready latency. One entry
@@ -174,6 +174,10 @@ class Controller:
     def _on_event(self, kind: str, event: Obj) -> None:
         if kind != "DELETED":
             self.queue.add(("event", event["metadata"]["namespace"], event["metadata"]["name"]), event)
+
+    def _ours(self) -> set[str]:
+        with self._ours_lock:
+            return set(self.ours)
 
     # -- workers ------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Reset detection against the cluster (DESIGN.md §7), both modes.
+"""Reset detection against the cluster (docs/adapter.md), both modes.
 
 Three inputs, one output. The inputs are the JobSet of one of our TrainJobs
 (its UID is recorded the first time it is seen; a different one later is a
@@ -56,7 +56,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from toolkit import adapter, detect, history, kube, marks, names, paths, raising
+from toolkit import adapter, admission_checks, detect, history, kube, marks, names, paths, raising
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -77,7 +77,8 @@ is_ours = marks.is_ours
 
 # The rules whose verdict depends on the pod still running: judged again on a
 # fresh read before a flag. The JobSet UID a pod carries never changes.
-LIVE_RULES = frozenset({"missing-admission", "invalid-admission", "invalid-restart", "below-floor", "r-repeat"})
+LIVE_RULES = frozenset({"missing-admission", "invalid-admission", "invalid-restart", "below-floor",
+                        "missing-prologue", "resumed-without-raise", "r-repeat"})
 
 
 def exempt(pod: Obj, trainjob: Obj) -> bool:
@@ -88,22 +89,34 @@ def exempt(pod: Obj, trainjob: Obj) -> bool:
     born = (trainjob.get("metadata") or {}).get("creationTimestamp")
     if created and born and created < born:
         return True
-    return history.adopted(history.of(trainjob), created=created)
+    return history.adopted(trainjob, created=created)
 
 
-def judge(pod: Obj, trainjob: Obj) -> list[detect.Violation]:
-    """Pure: the §7 violation a trainer pod shows against its TrainJob.
+def judge(pod: Obj, trainjob: Obj, *, admitted: bool | None = None) -> list[detect.Violation]:
+    """Pure: the violations a trainer pod shows against its TrainJob.
 
     - Not judged: a pod created before the TrainJob (an earlier TrainJob of
       the same name), or at or before the last adoption (judged by a person).
     - Any such pod, running or not: its JobSet UID label against the recorded
       UID (a pod of another JobSet proves the JobSet was replaced).
-    - A live pod only, besides: the floor rules, and when they and the UID
-      rule pass, the repeat rule against the history (a pod already flagged
-      needs no repeat line).
+    - A live pod only, besides: the floor rules; the resume rule (`resumed`:
+      `admitted` says, in Kueue mode, whether the TrainJob's Workload is
+      admitted through our check now, None when not known); and when those
+      and the UID rule pass, the repeat rule against the history (a pod
+      already flagged needs no repeat line).
     """
     if exempt(pod, trainjob):
         return []
+    unreadable = history.unreadable_violation(history.of(trainjob))
+    if unreadable is not None:
+        # The repeat rule cannot be judged without the history: the TrainJob is flagged for it,
+        # and the other rules still apply.
+        return [unreadable, *(v for v in _judge_with(pod, trainjob, admitted=admitted) if v.rule != "r-repeat")]
+    return _judge_with(pod, trainjob, admitted=admitted)
+
+
+def _judge_with(pod: Obj, trainjob: Obj, *, admitted: bool | None) -> list[detect.Violation]:
+    """`judge` once the pod is one to judge and the history is readable."""
     meta = pod.get("metadata") or {}
     recorded = history.of(trainjob)
     annotations = meta.get("annotations") or {}
@@ -128,8 +141,13 @@ def judge(pod: Obj, trainjob: Obj) -> list[detect.Violation]:
         restart=labels.get(names.RESTART_LABEL),
         floor=raising.counts(trainjob).floor,
     )
+    if rule is None and isinstance((pod.get("spec") or {}).get("containers"), list):
+        rule = detect.prologue_inputs(pod_name=str(meta.get("name")), containers=pod["spec"]["containers"])
     if rule is not None:
         return [*found, rule]
+    again = resumed(pod, trainjob, admitted=admitted)
+    if again is not None:
+        return [*found, again]
     if found:
         return found
     a = detect.parse_count(annotations.get(names.ADMISSION_ANNOTATION))
@@ -139,6 +157,38 @@ def judge(pod: Obj, trainjob: Obj) -> list[detect.Violation]:
         if repeat is not None:
             return [repeat]
     return []
+
+
+def resumed(pod: Obj, trainjob: Obj, *, admitted: bool | None) -> detect.Violation | None:
+    """Pure: a pod created (by the apiserver's clock) at or after spec.suspend was last set false
+    by a writer other than a raise (`raising.unsuspended_by`, the apiserver's record). In plain
+    mode only a raise unsuspends, so that alone is the violation. In Kueue mode Kueue unsuspends
+    after our check's Ready, so it is one only when the TrainJob's Workload is not admitted
+    through our check now (`admitted` False: started by hand, or admitted by a ClusterQueue that
+    does not list our check)."""
+    writer = raising.unsuspended_by(trainjob)
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    if writer is None or not isinstance(created, str) or created < writer[1]:
+        return None
+    if names.KUEUE_QUEUE_LABEL in ((trainjob.get("metadata") or {}).get("labels") or {}) and admitted is not False:
+        return None
+    last = raising.last_raise(trainjob)
+    return detect.resumed_without_raise(pod_name=str((pod.get("metadata") or {}).get("name")), manager=writer[0],
+                                        time=writer[1], raised_at=last[1] if last else None)
+
+
+def admitted_by(workloads: list[Obj], trainjob: Obj, *, ours: set[str]) -> bool:
+    """Pure: the TrainJob's Workload (owned by its UID) has a check of ours Ready, or is being
+    evicted (its pods are on their way out)."""
+    for workload in workloads:
+        if not marks.owned_by(workload, trainjob):
+            continue
+        status = workload.get("status") or {}
+        if any(c.get("type") == "Evicted" and c.get("status") == "True" for c in status.get("conditions") or []):
+            return True
+        if any(e.get("name") in ours and e.get("state") == "Ready" for e in status.get("admissionChecks") or []):
+            return True
+    return False
 
 
 def _created_below_floor(pod: Obj, trainjob: Obj) -> detect.Violation | None:
@@ -152,7 +202,7 @@ def _created_below_floor(pod: Obj, trainjob: Obj) -> detect.Violation | None:
 
 
 def pod_violation(pod: Obj, trainjob: Obj) -> detect.Violation | None:
-    """Pure: the first §7 violation of a pod of our trainer job, or None."""
+    """Pure: the first violation of a pod of our trainer job, or None."""
     found = judge(pod, trainjob)
     return found[0] if found else None
 
@@ -178,7 +228,7 @@ def claimed_pod(event: Obj) -> str | None:
 
 
 def confirmed(*, trainjob: Obj, pod: Obj | None, jobset: Obj | None) -> list[detect.Violation]:
-    """Pure: every §7 violation the controller's own reads show for this
+    """Pure: every violation the controller's own reads show for this
     TrainJob. `pod` is the pod a report named (None when it does not exist),
     `jobset` the TrainJob's JobSet (None when there is none); either is
     ignored unless it belongs to this TrainJob, so a report cannot borrow
@@ -196,16 +246,28 @@ def confirmed(*, trainjob: Obj, pod: Obj | None, jobset: Obj | None) -> list[det
     if pod is not None and ((pod.get("metadata") or {}).get("labels") or {}).get(names.JOBSET_NAME_LABEL) == name:
         for violation in judge(pod, trainjob):
             add(violation)
-    if jobset is not None and marks.owner_trainjob(jobset) == name and not jobset["metadata"].get("deletionTimestamp"):
+    if jobset is not None and marks.owned_by(jobset, trainjob) and not jobset["metadata"].get("deletionTimestamp"):
         add(detect.jobset_uid(recorded=recorded, seen=jobset["metadata"]["uid"]))
     return found
 
 
 class Detector:
-    def __init__(self, client: kube.Client, *, metrics: Any = None, clock: Callable[[], str] = adapter.now) -> None:
+    def __init__(self, client: kube.Client, *, metrics: Any = None, clock: Callable[[], str] = detect.now,
+                 ours: Callable[[], set[str]] | None = None) -> None:
         self.client = client
         self.metrics = metrics
         self.clock = clock  # the time recorded in the history
+        # The names of the AdmissionChecks whose controllerName is ours (the controller keeps them).
+        self.ours = ours if ours is not None else (lambda: admission_checks.ours(client))
+
+    def _admitted(self, pod: Obj, trainjob: Obj) -> bool | None:
+        """Kueue mode, when the resume rule needs it: the TrainJob's Workload admitted through our
+        check now (a list of the namespace's Workloads); None when the rule does not need it."""
+        labels = trainjob["metadata"].get("labels") or {}
+        if names.KUEUE_QUEUE_LABEL not in labels or not marks.is_live(pod) or raising.unsuspended_by(trainjob) is None:
+            return None
+        workloads, _ = self.client.list(paths.WORKLOAD, namespace=trainjob["metadata"]["namespace"])
+        return admitted_by(workloads, trainjob, ours=self.ours())
 
     def _flag(self, *, namespace: str, name: str, violation: detect.Violation) -> bool:
         new = adapter.flag_foreign(
@@ -230,8 +292,8 @@ class Detector:
             return False
         name = marks.owner_trainjob(jobset)
         trainjob = None if name is None else self._trainjob(meta["namespace"], name)
-        if name is None or trainjob is None:
-            return False
+        if name is None or trainjob is None or not marks.owned_by(jobset, trainjob):
+            return False  # not ours, or a deleted predecessor's of the same name
         violation = adapter.record_jobset_uid(self.client, namespace=meta["namespace"], name=name, uid=meta["uid"],
                                               first=trainjob)
         if violation is None:
@@ -259,12 +321,13 @@ class Detector:
             # it, so that a later JobSet is compared with it.
             adapter.record_jobset_uid(self.client, namespace=namespace, name=name, uid=pod_jobset)
             trainjob = self._trainjob(namespace, name) or trainjob
-        found = judge(pod, trainjob)
+        admitted = self._admitted(pod, trainjob)
+        found = judge(pod, trainjob, admitted=admitted)
         if marks.is_live(pod) and any(v.rule in LIVE_RULES for v in found):
             # The cache may be behind the floor just read: judge the pod as it is now. (An ended
             # pod is judged by what never changes: its creation time and its A.)
             fresh = self._one(paths.POD, namespace=namespace, name=meta["name"])
-            found = judge(fresh, trainjob) if fresh is not None else []
+            found = judge(fresh, trainjob, admitted=admitted) if fresh is not None else []
             pod = fresh if fresh is not None else pod
         flagged = False
         for violation in found:

@@ -31,9 +31,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit import envparse, formats, names
+from toolkit import admission_checks, envparse, formats
 
-CONTROLLER_NAME = f"{names.DOMAIN}/admission-check"
+CONTROLLER_NAME = admission_checks.CONTROLLER_NAME
 ENV_PREFIX = "DISPATCH_CONTROLLER_"
 
 _HOSTNAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*")

@@ -98,7 +98,7 @@ def _story(stack: stack_mod.Stack, namespace: str, suffix: str,
         for pod in pods:
             result = low.run(pod, until_exit=True)
             expect(result.exit_code == 3, f"the first execution fails with exit 3 (got {result.exit_code})")
-        low.wait("the JobSet restart", lambda: ((low.jobset() or {}).get("status") or {}).get("restarts") == 1)
+        low.wait("the JobSet restart", lambda: adapter.restarts_of(low.jobset()) == 1)
         pods = low.new_pods()
         expect(all(p["metadata"]["labels"][names.RESTART_LABEL] == "1" for p in pods), "the new pods carry J=1")
         for pod in pods:

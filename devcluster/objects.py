@@ -6,27 +6,25 @@ go through the real apiserver. bench/controller plays Kueue with these, and
 so do the adapter's cluster tests (tests/adapter/kit.py).
 
 The TrainJob names a TrainingRuntime in its own namespace (RUNTIME), made
-compliant (§5) by the renderer and created with it (`ensure_runtime`): open,
+compliant (the runtime requirements) by the renderer and created with it (`ensure_runtime`): open,
 release and the admission check read the runtime again at each admission, and
 refuse a TrainJob whose runtime is missing or unfit.
 """
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from typing import Any
 
 from devcluster import local
-from toolkit import kube, names, paths, raising, render
+from toolkit import detect, kube, names, paths, raising, render, runtime_check
 
 Obj = dict[str, Any]
 CHECK_CONTROLLER = "dispatch.phpboyscout.uk/admission-check"
 RUNTIME = "torch-distributed"
 
 
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+now = detect.now
 
 
 def trainjob_body(name: str, *, suspend: bool = True, admission: int = 0) -> Obj:
@@ -50,14 +48,15 @@ def trainjob_body(name: str, *, suspend: bool = True, admission: int = 0) -> Obj
 
 
 def runtime_body(name: str = RUNTIME) -> Obj:
-    """A TrainingRuntime that §5 accepts (the renderer's own fields)."""
+    """A TrainingRuntime the runtime check accepts (the renderer's own fields)."""
     pod_spec: Obj = {"containers": [{"name": "node", "image": "busybox"}]}
     return render.runtime({
         "apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}",
         "kind": "TrainingRuntime",
         "metadata": {"name": name},
         "spec": {"template": {"spec": {"replicatedJobs": [
-            {"name": "node", "replicas": 1, "template": {"spec": {"template": {"spec": pod_spec}}}}
+            {"name": "node", "replicas": 1, "template": {"metadata": {"labels": runtime_check.TRAINER_STEP_LABELS},
+                                                         "spec": {"template": {"spec": pod_spec}}}}
         ]}}},
     }, sidecar_image=local.SIDECAR_IMAGE)
 

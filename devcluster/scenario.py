@@ -42,7 +42,7 @@ JOB_ID = "e2e.job"  # JobIDs may hold dots: the token is parsed from the right
 GENERATION, SUBMISSION, ATTEMPT = 3, 7, 1
 WAIT_SECONDS = 90.0
 
-TRAINER_CONTAINER = "node"  # Trainer's name for the trainer container of the `node` replicated job
+TRAINER_CONTAINER = names.TRAINER_CONTAINER
 
 # The user's command (see the module docstring). As PID 1 of its container the shell has no
 # default SIGTERM action, hence the trap.

@@ -1,6 +1,6 @@
 """The backend client: the claim and the status report, nothing else.
 
-Contract (seed 002; the reference backend in `refbackend/` implements it):
+Contract (docs/dispatcher.md; the reference backend in `refbackend/` implements it):
 - `POST /jobs/next` with `Authorization: Bearer <service token>`: 200 and
   `{"id", "token", "launch_request", ...}` for a claimed run, 204 when
   nothing is claimable. The backend makes the claim atomic and applies the

@@ -33,6 +33,6 @@ DRIVER_RUNTIME = "kubernetes"
 PASSTHROUGH_PREFIXES = ("TCAB_K8S_", "TCAB_CONTAINER_")
 ENV_SANDBOX_NAMESPACE = "TCAB_K8S_NAMESPACE"
 
-# Backend endpoints (seed 002).
+# Backend endpoints (docs/dispatcher.md, "The reference backend").
 CLAIM_PATH = "/jobs/next"
 STATUS_PATH = "/jobs/{id}/status"

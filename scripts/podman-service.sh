@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # podman's Docker-compatible service, for code that speaks the Docker Engine
 # API through the docker SDK (toolkit check-image, the e2e runner): a real
-# Docker engine where one exists, this service here (DESIGN.md section 10).
+# Docker engine where one exists, this service here (docs/images.md).
 #
 # Sourced (scripts/run-tests.sh does): exports CONTAINERS_CONF and
 # DOCKER_HOST. A service already answering on $DOCKER_HOST is reused and left

@@ -1,4 +1,4 @@
-"""The sidecar verifier (DESIGN.md §7, §8): a native sidecar in every trainer
+"""The sidecar verifier (docs/adapter.md, docs/sidecar.md): a native sidecar in every trainer
 pod that checks its own pod against the TrainJob's floor and recorded JobSet
 UID, and reports a violation as a Warning Event on the TrainJob.
 

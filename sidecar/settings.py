@@ -22,10 +22,10 @@ import collections
 import os
 from collections.abc import Mapping
 
-from toolkit import envparse
+from toolkit import envparse, names
 
 ENV_PREFIX = "DISPATCH_SIDECAR_"
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_DIR = names.SERVICE_ACCOUNT_DIR
 
 DEFAULT_PODINFO_DIR = "/etc/dispatch/podinfo"
 DEFAULT_INTERVAL_SECONDS = 300.0

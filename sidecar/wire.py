@@ -2,41 +2,34 @@
 a request with a JSON body or none, a response read whole (Content-Length,
 chunked, or to the end of a closed connection).
 
-Why not http.client and ssl: they cost memory in every training pod.
-http.client imports the email package (its header parser); ssl.py builds a
-dozen enum classes over _ssl's constants and wraps socket.py, which builds
-its own. Peak RSS by `/usr/bin/time -f %M python -S -c 'import X'` (3.11.7):
-the interpreter 8.3 MB, `import _ssl, _socket` 11.1 MB, `import ssl` 14.8 MB,
-`import http.client` 16.9 MB. What the sidecar's memory is made of, step by
-step: bench/sidecar (docs/benchmarks.md).
+TLS is the standard library's public `ssl` API: `ssl.create_default_context`
+for a server (PROTOCOL_TLS_CLIENT: TLS 1.2 at least, the default cipher
+string, certificate and host name checks, which OpenSSL makes in the
+handshake), trusting only the cluster's own CA file. tests/sidecar/test_wire.py
+holds it to that: a wrong CA, a wrong host name and a plain-HTTP server all
+fail the request. What `ssl` costs in RSS over the C modules it is built on is
+measured by bench/sidecar (docs/benchmarks.md).
 
-A deliberate exception, then: this module uses the C modules under ssl and
-socket directly (`_ssl._SSLContext`, its `_wrap_socket`, `_socket.socket`),
-which ssl.py itself is built on. The TLS settings are ssl.create_default_context's
-for a server: PROTOCOL_TLS_CLIENT, whose C constructor sets the secure
-defaults (TLS 1.2 at least, the default cipher string) and turns on
-certificate and host name checks, which OpenSSL makes in the handshake; the
-CA is the cluster's own file. tests/sidecar/test_wire.py holds it to that:
-a wrong CA, a wrong host name and a plain-HTTP server all fail the request.
+Why not http.client: it imports the email package (its header parser) for
+what the few lines below do; the sidecar runs in every training pod and pays
+for every import.
 
-Every failure is an OSError (refused, reset, timeout, TLS: `_ssl.SSLError` is
+Host names are passed as ASCII bytes: a str would be encoded with the idna
+codec (encodings.idna, stringprep and the Unicode database: ~0.5 MB), and the
+apiserver's address is an IP address or an ASCII DNS name.
+
+Every failure is an OSError (refused, reset, timeout, TLS: `ssl.SSLError` is
 one) or `ProtocolError` (a response this cannot read); the caller retries.
 """
 
 from __future__ import annotations
 
-import _socket
-import _ssl
+import socket
+import ssl
 
-TLSError = _ssl.SSLError  # an OSError
+TLSError = ssl.SSLError  # an OSError
 MAX_HEADER_LINE = 65536
 MAX_HEADERS = 100
-
-
-class _Socket(_socket.socket):
-    """_ssl keeps a weak reference to the socket it wraps, which the C type does not allow."""
-
-    __slots__ = ("__weakref__",)
 
 
 class ProtocolError(Exception):
@@ -50,48 +43,44 @@ class Response:
         self.body = body
 
 
-def tls_context(ca_file: str) -> _ssl._SSLContext:
-    """A client context trusting only CA_FILE; raises OSError (a missing file) or _ssl.SSLError."""
-    context = _ssl._SSLContext(_ssl.PROTOCOL_TLS_CLIENT)
-    assert context.check_hostname and context.verify_mode == _ssl.CERT_REQUIRED
-    context.load_verify_locations(ca_file)
+def tls_context(ca_file: str) -> ssl.SSLContext:
+    """A client context trusting only CA_FILE; raises OSError (a missing file) or ssl.SSLError."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
     return context
 
 
 class Connection:
     """One TLS connection to HOST:PORT, opened on the first request and again after the server closed it."""
 
-    def __init__(self, host: str, port: int, *, context: _ssl._SSLContext, timeout: float) -> None:
+    def __init__(self, host: str, port: int, *, context: ssl.SSLContext, timeout: float) -> None:
         self._host, self._port, self._context, self._timeout = host, port, context, timeout
-        self._sock: _Socket | None = None
-        self._tls: _ssl._SSLSocket | None = None
+        self._tls: ssl.SSLSocket | None = None
         self._buffer = b""
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-        self._sock = self._tls = None
+        if self._tls is not None:
+            self._tls.close()
+        self._tls = None
         self._buffer = b""
 
-    def _open(self) -> _ssl._SSLSocket:
-        # The host as ASCII bytes: a str would be encoded with the idna codec (encodings.idna,
-        # stringprep and the Unicode database: ~0.5 MB), and the apiserver's address is an IP
-        # address or an ASCII DNS name. A name that is not ASCII fails here, as an OSError.
+    def _open(self) -> ssl.SSLSocket:
+        # The host as ASCII bytes (see the module docstring). A name that is not ASCII fails here,
+        # as an OSError.
         try:
             host = self._host.encode("ascii")
         except UnicodeEncodeError:
             raise OSError(f"{self._host!r}: the API server's host name must be ASCII") from None
-        family, kind, proto, _, address = _socket.getaddrinfo(host, self._port, 0, _socket.SOCK_STREAM)[0]
-        sock = _Socket(family, kind, proto)
+        family, kind, proto, _, address = socket.getaddrinfo(host, self._port, 0, socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
         try:
             sock.settimeout(self._timeout)
             sock.connect(address)
-            tls = self._context._wrap_socket(sock, False, self._host)
-            tls.do_handshake()
+            tls = self._context.wrap_socket(sock, server_hostname=host)  # the handshake, at once
         except BaseException:
             sock.close()
             raise
-        self._sock, self._tls = sock, tls
+        self._tls = tls
         return tls
 
     def request(self, method: str, path: str, *, headers: dict[str, str], body: bytes | None) -> Response:
@@ -103,9 +92,7 @@ class Connection:
             head.append(f"Content-Length: {len(body)}")
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + (body or b"")
         try:
-            view = memoryview(data)
-            while view:
-                view = view[tls.write(view):]
+            tls.sendall(data)
             response = self._response(method)
         except BaseException:
             self.close()
@@ -142,8 +129,8 @@ class Connection:
         """Read more into the buffer; False at the end of the connection."""
         assert self._tls is not None
         try:
-            data = self._tls.read(65536)
-        except (_ssl.SSLZeroReturnError, _ssl.SSLEOFError):
+            data = self._tls.recv(65536)
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
             data = b""
         self._buffer += data
         return bool(data)

@@ -1,5 +1,5 @@
 """The tests' one way to build and run images: the docker SDK against
-podman's Docker-compatible service (DESIGN.md §10). scripts/run-tests.sh
+podman's Docker-compatible service (docs/images.md). scripts/run-tests.sh
 sources scripts/podman-service.sh, which sets DOCKER_HOST; without it, or
 without the local Python base (scripts/build-images.sh), a test fails, never
 skips.

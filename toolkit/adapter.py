@@ -1,10 +1,10 @@
-"""The adapter operations (DESIGN.md §4, §6, §7): start, open, release, hold,
+"""The adapter operations (docs/toolkit.md, docs/adapter.md): start, open, release, hold,
 status, executions and adopt, plus the raise loop, the foreign flag and the
 execution record the controller shares.
 
 Each operation is a small function over a `kube.Client`; the rules it
 applies are pure and live elsewhere (`raising` for the raise, `detect` for
-resets, `render` for the TrainJob, `runtime_check` for §5, `identity` for
+resets, `render` for the TrainJob, `runtime_check` for the runtime requirements, `identity` for
 the epoch). The CLI (`toolkit.cli_cluster`) and the controller are shells
 around these.
 
@@ -28,29 +28,22 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from collections.abc import Callable
 from typing import Any
 
-from toolkit import causes, detect, flagmark, history, kube, marks, names, paths, raising, runtime_check
+from toolkit import admission_checks, causes, detect, flagmark, history, kube, marks, names, paths, raising, runtime_check
 
 Obj = dict[str, Any]
 
-# Which Workload admission the last raise was for: "<workload uid>/<resourceVersion>"
-# (see controller.admission for why that pair).
-RAISED_FOR_ANNOTATION = f"{names.DOMAIN}/raised-for"
+# Which Workload admission the last raise was for (see controller.admission).
+RAISED_FOR_ANNOTATION = names.RAISED_FOR_ANNOTATION
 # Written by start when the request allows a failed rank to be replaced
-# (DESIGN.md §5), so the runtime's later checks apply the same rule.
+# (docs/toolkit.md), so the runtime's later checks apply the same rule.
 ALLOW_RANK_RESTART_ANNOTATION = f"{names.DOMAIN}/allow-rank-restart"
 # The AdmissionCheck controllerName of our Kueue check (controller.admission).
-CHECK_CONTROLLER_NAME = f"{names.DOMAIN}/admission-check"
+CHECK_CONTROLLER_NAME = admission_checks.CONTROLLER_NAME
 ADOPTED_REASON = "DispatchAdopted"
 COMPONENT = "dispatch-adapter"
-
-
-def now() -> str:
-    """The apiserver's timestamp format, to the second (UTC)."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class AdapterError(Exception):
@@ -72,16 +65,18 @@ def raise_admission(
     namespace: str,
     name: str,
     unsuspend: bool = False,
-    record: tuple[str, str] | None = None,
+    record: tuple[str, str] | Callable[[Obj], tuple[str, str]] | None = None,
     skip_if: Callable[[Obj], int | None] | None = None,
     on_conflict: Callable[[], None] | None = None,
     first: Obj | None = None,
 ) -> Raised:
-    """Raise A on the TrainJob (§6) and return the A written.
+    """Raise A on the TrainJob (`raising`) and return the A written.
 
     `skip_if(trainjob)` returning an A means "already done for this
     purpose, write nothing" (the controller's crash-safe re-run); it is
-    evaluated on every fresh read, like the raise itself.
+    evaluated on every fresh read, like the raise itself. `record` is an
+    (annotation, value) written with the raise, or a function of the
+    TrainJob read that gives it (evaluated on every fresh read too).
     """
 
     def compute(trainjob: Obj) -> tuple[Obj | None, Raised]:
@@ -90,7 +85,8 @@ def raise_admission(
             if found is not None:
                 return None, Raised(found, 0, written=False, generation=_generation(trainjob))
         try:
-            new, admission = raising.raised(trainjob, unsuspend=unsuspend, record=record)
+            mark = record(trainjob) if callable(record) else record
+            new, admission = raising.raised(trainjob, unsuspend=unsuspend, record=mark)
         except raising.RaiseRefused as exc:
             raise AdapterError(str(exc)) from None
         return new, Raised(admission, 0)
@@ -135,7 +131,7 @@ def _runtime(client: kube.Client, *, namespace: str, ref: Obj) -> Obj:
 
 
 def check_runtime(client: kube.Client, *, trainjob: Obj, allow_rank_restart: bool | None = None) -> None:
-    """DESIGN.md §5 against the runtime the TrainJob names, read now: a
+    """The runtime requirements (docs/toolkit.md) against the runtime the TrainJob names, read now: a
     (Cluster)TrainingRuntime can be edited after start, and a JobSet rebuilt
     later uses the edited one. AdapterError names the field and the value.
     `allow_rank_restart` None: as start recorded it on the TrainJob."""
@@ -193,17 +189,27 @@ def _get_trainjob(client: kube.Client, *, namespace: str, name: str) -> Obj:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
 
 
-def _jobset(client: kube.Client, *, namespace: str, name: str) -> Obj | None:
-    """Trainer's one JobSet of the TrainJob (named like it), if any."""
+def restarts_of(jobset: Obj | None) -> int:
+    """J as the JobSet has it now: its status.restarts (0 without a JobSet or before JobSet writes
+    it; a value that is not a count reads as 0, as JobSet never writes one)."""
+    value = ((jobset or {}).get("status") or {}).get("restarts")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _jobset(client: kube.Client, *, trainjob: Obj) -> Obj | None:
+    """Trainer's one JobSet of the TrainJob (named like it and owned by its UID), if any. A JobSet
+    of that name owned by another UID is a deleted predecessor's, not yet collected: not this one."""
+    meta = trainjob["metadata"]
     try:
-        return client.get(paths.JOBSET, name=name, namespace=namespace)
+        jobset = client.get(paths.JOBSET, name=meta["name"], namespace=meta["namespace"])
     except kube.NotFound:
         return None
+    return jobset if marks.owned_by(jobset, trainjob) else None
 
 
 def check_jobset(client: kube.Client, *, namespace: str, name: str, jobset: Obj | None,
                  component: str = COMPONENT) -> str | None:
-    """Record the JobSet's UID the first time it is seen (DESIGN.md §7, by the
+    """Record the JobSet's UID the first time it is seen (docs/adapter.md, by the
     adapter as by the controller); a different one is flagged foreign. The
     cause, or None."""
     if jobset is None or (jobset.get("metadata") or {}).get("deletionTimestamp"):
@@ -219,7 +225,7 @@ def _admit(client: kube.Client, *, namespace: str, name: str, trainjob: Obj) -> 
     """Plain mode's admission: the runtime checked again, the JobSet UID
     recorded (or its change flagged), then the raise that unsuspends."""
     check_runtime(client, trainjob=trainjob)
-    reset = check_jobset(client, namespace=namespace, name=name, jobset=_jobset(client, namespace=namespace, name=name))
+    reset = check_jobset(client, namespace=namespace, name=name, jobset=_jobset(client, trainjob=trainjob))
     raised = raise_admission(client, namespace=namespace, name=name, unsuspend=True,
                              first=None if reset else trainjob)
     return dataclasses.replace(raised, jobset_reset=reset)
@@ -384,7 +390,7 @@ def compute_status(trainjob: Obj, jobset: Obj | None) -> Status:
     annotations = meta.get("annotations") or {}
     counts = raising.counts(trainjob)
     suspended = raising.is_suspended(trainjob)
-    restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0)
+    restarts = restarts_of(jobset)
     # Suspended: the next admission raises first. Running: the pods run with
     # the A in the patch (the floor equals it unless the patch was rewritten).
     admission = counts.next if suspended else (counts.patch if counts.patch is not None else counts.current)
@@ -424,7 +430,7 @@ def status(client: kube.Client, *, namespace: str, name: str) -> Status:
     flagging a different one), as open and release do; a caller that may
     only read gets the status without the record."""
     trainjob = _get_trainjob(client, namespace=namespace, name=name)
-    jobset = _jobset(client, namespace=namespace, name=name)
+    jobset = _jobset(client, trainjob=trainjob)
     if marks.is_ours(trainjob) and jobset is not None:
         recorded = (trainjob["metadata"].get("annotations") or {}).get(names.JOBSET_UID_ANNOTATION)
         if recorded != jobset["metadata"]["uid"] and not is_flagged_with(trainjob, jobset):
@@ -456,6 +462,8 @@ def record_execution(client: kube.Client, *, namespace: str, name: str, observat
     def compute(trainjob: Obj) -> tuple[Obj | None, bool]:
         if not marks.is_ours(trainjob):
             return None, False
+        if history.of(trainjob).unreadable:
+            return None, False  # kept as found: the detector flags it (history.unreadable_violation)
         new = history.observe(history.of(trainjob), observation)
         if new is None:
             return None, False
@@ -525,38 +533,50 @@ class Adopted:
         return dataclasses.asdict(self)
 
 
-def _our_checks(client: kube.Client) -> set[str]:
-    checks, _ = client.list(paths.ADMISSION_CHECK)
-    return {c["metadata"]["name"] for c in checks if (c.get("spec") or {}).get("controllerName") == CHECK_CONTROLLER_NAME}
-
-
-def _requeue(client: kube.Client, *, namespace: str, name: str, reason: str) -> list[str]:
-    """Kueue mode: set our check Retry on the TrainJob's admitted Workloads,
-    so Kueue evicts them and the next admission goes through our check (which
-    raises A above the minimum). Preconditioned on the Workload read."""
-    ours = _our_checks(client)
+def _requeue(client: kube.Client, *, trainjob: Obj, reason: str, checks: set[str]) -> list[str]:
+    """Kueue mode: set our checks (`checks`) Retry on the TrainJob's admitted Workloads, so Kueue
+    evicts them and the next admission goes through our check (which raises A above the
+    minimum). Preconditioned on the Workload read."""
     done = []
-    workloads, _ = client.list(paths.WORKLOAD, namespace=namespace)
+    workloads, _ = client.list(paths.WORKLOAD, namespace=trainjob["metadata"]["namespace"])
     for workload in workloads:
-        if marks.owner_trainjob(workload) != name:
+        if not marks.owned_by(workload, trainjob):
             continue
         entries = (workload.get("status") or {}).get("admissionChecks") or []
-        if not any(e.get("name") in ours and e.get("state") == "Ready" for e in entries):
+        if not any(e.get("name") in checks and e.get("state") == "Ready" for e in entries):
             continue
-        for entry in entries:
-            if entry.get("name") in ours:
-                entry["state"] = "Retry"
-                entry["message"] = f"adopted ({reason}): re-admit so A is raised above the high-water mark"
-                entry["lastTransitionTime"] = now()
+        message = f"adopted ({reason}): re-admit so A is raised above the high-water mark"
         try:
-            client.replace(paths.WORKLOAD, workload, subresource="status")
+            client.replace(paths.WORKLOAD, admission_checks.with_checks(workload, checks=checks, state="Retry",
+                                                                        message=message), subresource="status")
         except (kube.Conflict, kube.NotFound):
             continue  # Kueue moved it on: its next admission goes through the check anyway
         done.append(workload["metadata"]["name"])
     return sorted(done)
 
 
-def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock: Callable[[], str] = now) -> Adopted:
+def _stamp_adoption(client: kube.Client, *, namespace: str, name: str, placeholder: str, stamp: str) -> None:
+    """The last adoption record's time set to the apiserver's stamp, if it still holds the
+    placeholder (a later adoption or an unreadable history: left as it is)."""
+
+    def compute(trainjob: Obj) -> tuple[Obj | None, None]:
+        kept = history.of(trainjob)
+        if kept.unreadable or not kept.adoptions or kept.adoptions[-1].time != placeholder:
+            return None, None
+        last = dataclasses.replace(kept.adoptions[-1], time=stamp)
+        annotations = trainjob["metadata"].get("annotations") or {}
+        annotations[history.HISTORY_ANNOTATION] = history.render(
+            dataclasses.replace(kept, adoptions=(*kept.adoptions[:-1], last)))
+        return trainjob, None
+
+    try:
+        client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute)
+    except kube.NotFound:
+        pass
+
+
+def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, checks: set[str] | None = None,
+          controller_name: str = CHECK_CONTROLLER_NAME) -> Adopted:
     """A person's decision after a foreign flag (see docs/adapter.md, "Adopt").
 
     In ONE update preconditioned on the TrainJob read: the causes and the
@@ -567,17 +587,27 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
     only a raise while suspended moves A), in Kueue mode its admitted
     Workload's check is set Retry. A Normal Event records the reason.
 
+    When it happened is the apiserver's word: the update is written under
+    the adopt's own field manager and changes the adoption count it alone
+    writes, so the apiserver stamps that entry (`history.adopted_at`); the
+    detector exempts pods created by then. The adoption record then takes
+    that stamp in place of the placeholder it was written with.
+
+    Our checks, in Kueue mode, are `checks` when given, else the
+    AdmissionChecks whose spec.controllerName is `controller_name` (the name
+    the controller serves; a CLI cannot read its settings).
+
     Refused (AdapterError, one line) unless the TrainJob is ours and flagged,
     or when the next R would reach the bound 10^6.
     """
     text = " ".join(reason.split())
     if not text:
         raise AdapterError("--reason: empty; say what was checked and why the TrainJob may run again")
-    jobset = _jobset(client, namespace=namespace, name=name)
+    jobset = _jobset(client, trainjob=_get_trainjob(client, namespace=namespace, name=name))
     live = jobset is not None and not jobset["metadata"].get("deletionTimestamp")
     uid = jobset["metadata"]["uid"] if live and jobset is not None else None
-    restarts = int(((jobset or {}).get("status") or {}).get("restarts") or 0) if uid else 0
-    when = clock()
+    restarts = restarts_of(jobset) if uid else 0
+    when = detect.now()  # a placeholder until the apiserver's stamp replaces it (see the docstring)
 
     def compute(trainjob: Obj) -> tuple[Obj | None, tuple[Obj, Adopted]]:
         where = f"TrainJob {namespace}/{name}"
@@ -588,6 +618,9 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
         if not is_flagged(trainjob):
             raise AdapterError(f"{where} is not flagged foreign ({names.FOREIGN_ANNOTATION} absent): nothing to adopt")
         flag = causes.parse(annotations.get(names.FOREIGN_ANNOTATION), annotations.get(causes.DROPPED_ANNOTATION))
+        if history.of(trainjob).unreadable:
+            raise AdapterError(f"{where}: annotation {history.HISTORY_ANNOTATION} is unreadable, so the high-water "
+                               "mark of R is unknown: repair or remove it by hand (kept as found), then adopt")
         try:
             recorded, minimum = history.adopt(history.of(trainjob), time=when, reason=text, causes=flag.kept,
                                               dropped=flag.dropped, restarts=restarts, jobset_uid=uid)
@@ -600,6 +633,8 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
                                "is not below the bound 10^6")
         annotations[history.HISTORY_ANNOTATION] = history.render(recorded)
         annotations[history.MINIMUM_ANNOTATION] = str(max(minimum, counts.minimum or 0))
+        annotations[names.ADOPTIONS_ANNOTATION] = str(
+            (detect.parse_count(annotations.get(names.ADOPTIONS_ANNOTATION)) or 0) + 1)
         flagmark.clear(trainjob)
         if uid is not None:
             annotations[names.JOBSET_UID_ANNOTATION] = uid
@@ -616,14 +651,21 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, clock:
                          causes=flag.kept, held=held, requeued=[])
         return trainjob, (trainjob, result)
 
+    landed: list[Obj] = []
     try:
         (written, adopted), _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace,
-                                                          compute=compute)
+                                                          compute=compute, field_manager=names.ADOPT_FIELD_MANAGER,
+                                                          on_written=landed.append)
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
+    stamp = history.adopted_at(landed[0]) if landed else None
+    if stamp is not None and stamp != when:
+        _stamp_adoption(client, namespace=namespace, name=name, placeholder=when, stamp=stamp)
     if names.KUEUE_QUEUE_LABEL in (written["metadata"].get("labels") or {}) and not raising.is_suspended(written):
         adopted = dataclasses.replace(adopted, running=True,
-                                      requeued=_requeue(client, namespace=namespace, name=name, reason=text))
+                                      requeued=_requeue(client, trainjob=written, reason=text,
+                                                        checks=checks if checks is not None else admission_checks.ours(
+                                                            client, controller_name=controller_name)))
     message = (f"adopted: {text} (next R {adopted.next_r} above the high-water mark {adopted.high_water}; "
                f"{len(adopted.causes)} cause(s) cleared, kept in the history)")
     client.event(involved=written, reason=ADOPTED_REASON, message=message[:1024], component=COMPONENT)

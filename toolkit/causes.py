@@ -1,4 +1,4 @@
-"""The foreign flag's cause list (DESIGN.md §7), as pure rules.
+"""The foreign flag's cause list (docs/adapter.md), as pure rules.
 
 The flag is the TrainJob annotation `dispatch.phpboyscout.uk/foreign`: one
 cause per line, the first causes first, because those are the ones a person

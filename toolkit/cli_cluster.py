@@ -180,7 +180,8 @@ def executions_table(ex: adapter.Executions) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [f"trainjob {ex.namespace}/{ex.name} ({ex.state})"]
     if h.unreadable:
-        lines.append("history: unreadable (not written by dispatch); it starts again from the next execution")
+        lines.append("history: unreadable (not written by dispatch): kept as found and flagged; "
+                     "nothing is recorded until a person repairs or removes it")
     if h.dropped:
         lines.append(f"({h.dropped} older execution(s) not kept)")
     lines += ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
@@ -292,9 +293,15 @@ def executions_cmd(trainjob: str | None, target: cli_target.Target, foreign: boo
 @click.command("adopt")
 @click.argument("trainjob", shell_complete=cli_target.complete_trainjob)
 @click.option("--reason", required=True, help="Why the TrainJob may run again (kept in its history and an Event).")
+@click.option("--check", "checks", multiple=True, metavar="NAME",
+              help="Kueue mode: the AdmissionCheck(s) of ours to set Retry (repeatable). "
+                   "Default: every AdmissionCheck whose controllerName is --controller-name.")
+@click.option("--controller-name", default=adapter.CHECK_CONTROLLER_NAME, show_default=True,
+              help="The AdmissionCheck controllerName our controller serves (its --controller-name).")
 @cli_target.target_options()
 @_refusals
-def adopt_cmd(trainjob: str, reason: str, target: cli_target.Target) -> None:
+def adopt_cmd(trainjob: str, reason: str, checks: tuple[str, ...], controller_name: str,
+              target: cli_target.Target) -> None:
     """Clear the foreign flag of TRAINJOB after a person has judged it: the
     causes and REASON go into its history, the flag's annotations and label
     are removed, the current JobSet UID is recorded, and the next execution's
@@ -310,7 +317,8 @@ def adopt_cmd(trainjob: str, reason: str, target: cli_target.Target) -> None:
     if not reason.strip():
         raise click.BadParameter("empty; say what was checked and why the TrainJob may run again",
                                  param_hint="--reason")
-    done = adapter.adopt(target.client(), namespace=namespace, name=trainjob, reason=reason)
+    done = adapter.adopt(target.client(), namespace=namespace, name=trainjob, reason=reason,
+                         checks=set(checks) if checks else None, controller_name=controller_name)
     click.echo(f"trainjob {namespace}/{trainjob} adopted: {len(done.causes)} cause(s) cleared and kept in its history")
     epoch = f", epoch {done.next_epoch}" if done.next_epoch else ""
     click.echo(f"next execution: A {done.minimum}, R {done.next_r}{epoch} (above the high-water R {done.high_water})")

@@ -1,4 +1,4 @@
-"""Reset detection rules (DESIGN.md §7), as pure functions.
+"""Reset detection rules (docs/adapter.md), as pure functions.
 
 Both the controller and the sidecar verifier decide with these, so the two
 can never disagree on what a violation is or how it is worded. Nothing here
@@ -13,7 +13,10 @@ Detection reports; it never decides to stop anything.
 from __future__ import annotations
 
 import collections
+import datetime
 import re
+
+from toolkit import names
 
 # "0", or 1 to 6 digits without a leading zero: the prologue's own rule.
 _COUNT = re.compile(r"0|[1-9][0-9]{0,5}")
@@ -86,6 +89,13 @@ def pod(
     return None
 
 
+def now() -> str:
+    """This machine's clock in the apiserver's timestamp format (UTC, to the second). For what
+    we write for people to read (a condition's transition time, an Event, a history record's
+    first sight); never to judge a pod: that takes the apiserver's own times."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def is_timestamp(value: str) -> bool:
     """The apiserver's format, in which text order is time order."""
     return bool(_TIMESTAMP.fullmatch(value))
@@ -100,6 +110,38 @@ def created_below_floor(*, pod_name: str, admission: int, floor: int, raised_at:
         "below-floor",
         f"pod {pod_name} had admission {admission}, below the floor {floor} raised at {raised_at} "
         "before the pod was created: A may have been lowered",
+    )
+
+
+def resumed_without_raise(*, pod_name: str, manager: str, time: str, raised_at: str | None) -> Violation:
+    """A pod created after spec.suspend was set false by a writer other than a raise (and, in
+    Kueue mode, with no admission of ours behind it): its execution runs with an A raised for an
+    earlier one. Both times are the apiserver's."""
+    since = f"the last raise at {raised_at}" if raised_at else "no raise"
+    return Violation(
+        "resumed-without-raise",
+        f"pod {pod_name} started after spec.suspend was set false by {manager} at {time}, "
+        f"not by a raise ({since}): its execution repeats an earlier one's A",
+    )
+
+
+# What the prologue reads from the trainer container's env (toolkit.wrap.dispatch_env).
+PROLOGUE_INPUTS = (names.ENV_ADMISSION, names.ENV_RESTART, names.ENV_EPOCH_PREFIX, names.ENV_TOKEN_PREFIX)
+
+
+def prologue_inputs(*, pod_name: str, containers: list) -> Violation | None:
+    """A running trainer pod whose trainer container lacks the prologue's inputs runs the image's
+    own command: no prologue, no DISPATCH_EPOCH (its runtime gave the TrainJob's spec.trainer to
+    another replicated job, or to none)."""
+    node = next((c for c in containers if isinstance(c, dict) and c.get("name") == names.TRAINER_CONTAINER), {})
+    present = {e.get("name") for e in node.get("env") or [] if isinstance(e, dict)}
+    missing = [name for name in PROLOGUE_INPUTS if name not in present]
+    if not missing:
+        return None
+    return Violation(
+        "missing-prologue",
+        f"pod {pod_name}: its container {names.TRAINER_CONTAINER} has no {', '.join(missing)}: it runs without "
+        "the prologue, so without DISPATCH_EPOCH (its runtime does not give the TrainJob's command to it)",
     )
 
 

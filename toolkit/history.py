@@ -37,9 +37,12 @@ The rules that use it:
 - `adopt`: the minimum A of the next raise, so that the next execution's R
   (with J as the current JobSet has it) is above the mark. Refused when that
   R would reach the bound 10^6.
-- `adopted`: a pod created at or before the last adoption (second
-  resolution, as the apiserver stamps it) belongs to an execution a person
-  has already judged; it is not flagged again while it winds down.
+- `adopted`: a pod created at or before the last adoption belongs to an
+  execution a person has already judged; it is not flagged again while it
+  winds down. Both times are the apiserver's, to the second: the pod's
+  creationTimestamp, and the time the apiserver stamped on the adoption's own
+  field manager (`adopted_at`); the adoption record's `time` is that stamp
+  too, so a laptop's clock running fast cannot exempt pods created later.
 
 Writes are never blind: `observe` and `adopt` return the new history, and
 the caller writes it in one update preconditioned on the resourceVersion it
@@ -148,7 +151,10 @@ def _time(value: Any) -> str:
 
 def parse(value: str | None) -> History:
     """The history an annotation holds; an unreadable one reads as empty,
-    marked `unreadable` (the next write replaces it; the floor still bounds A)."""
+    marked `unreadable`. Nothing of ours writes over an unreadable history
+    (the executions and the mark it held are unknown, so a new one would lower
+    the mark): the value is kept as found, the TrainJob is flagged
+    (`unreadable_violation`) and `adopt` refuses until a person repairs it."""
     if value is None:
         return History()
     try:
@@ -176,6 +182,23 @@ def parse(value: str | None) -> History:
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return History(unreadable=True)
+
+
+def unreadable_violation(history: History) -> detect.Violation | None:
+    """The flag an unreadable history raises (one line for the TrainJob, not one per pod)."""
+    if not history.unreadable:
+        return None
+    return detect.Violation(
+        "unreadable-history",
+        f"TrainJob annotation {HISTORY_ANNOTATION} is not a history dispatch wrote: the executions and the "
+        "high-water mark of R it held are unknown; it is kept as found and nothing of ours writes over it",
+    )
+
+
+def highest_admission(history: History) -> int:
+    """The highest A the history knows was used or raised (its floors and its executions'): the
+    raise goes above it, so deleting the floor annotation and lowering the patch cannot lower A."""
+    return max((*(floor for floor, _ in history.floors), *(e.a for e in history.executions)), default=0)
 
 
 def render(history: History) -> str:
@@ -357,8 +380,22 @@ def with_floor(history: History, *, floor: int, time: str) -> History:
     return dataclasses.replace(history, floors=floors[-MAX_FLOORS:], unreadable=False)
 
 
-def adopted(history: History, *, created: str | None) -> bool:
-    """The pod was created at or before the last adoption (see the docstring)."""
-    if not history.adoptions or not created:
+def adopted_at(trainjob: Obj) -> str | None:
+    """The apiserver's time of the last adoption: the managedFields entry of the adopt's own field
+    manager (`names.ADOPT_FIELD_MANAGER`), or None when there is none."""
+    for entry in (trainjob.get("metadata") or {}).get("managedFields") or []:
+        if not isinstance(entry, dict) or entry.get("manager") != names.ADOPT_FIELD_MANAGER or entry.get("subresource"):
+            continue
+        time = entry.get("time")
+        if entry.get("operation") == "Update" and isinstance(time, str) and detect.is_timestamp(time):
+            return time
+    return None
+
+
+def adopted(trainjob: Obj, *, created: str | None) -> bool:
+    """The pod was created at or before the last adoption, both by the apiserver's clock (see the
+    docstring): never by the clock of the machine that ran `toolkit adopt`."""
+    when = adopted_at(trainjob)
+    if when is None or not created:
         return False
-    return created <= history.adoptions[-1].time
+    return created <= when

@@ -1,4 +1,4 @@
-"""Execution identity (DESIGN.md §2): the epoch and the attempt token.
+"""Execution identity (docs/prologue.md): the epoch and the attempt token.
 
     DISPATCH_EPOCH   = G x 10^12 + N x 10^6 + R,  R = A + J
     DISPATCH_ATTEMPT = <JobID>.<N>.<attempt>.<A>.<J>
@@ -53,7 +53,7 @@ _JOB_ID = re.compile(r"[!-~]+")  # visible ASCII, 0x21..0x7e
 
 
 class BoundError(ValueError):
-    """A value outside a bound of §2; the message names both."""
+    """A value outside a bound of the identity; the message names both."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,7 +40,6 @@ workers, and the apiserver's priority and fairness queues the rest.
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import os
@@ -58,7 +57,7 @@ import kubernetes.leaderelection.resourcelock.leaselock
 import kubernetes.watch.watch
 import urllib3
 
-from toolkit import backoff, paths
+from toolkit import backoff, detect, paths
 
 Obj = dict[str, Any]
 T = TypeVar("T")
@@ -392,7 +391,7 @@ class Client:
     def event(self, *, involved: Obj, reason: str, message: str, component: str, type_: str = "Normal") -> Obj:
         """An Event of `type_` (Normal or Warning) on `involved` (an object read from the server)."""
         meta = involved["metadata"]
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = detect.now()
         event = {
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
             "involvedObject": {

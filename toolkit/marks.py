@@ -13,7 +13,9 @@ foreign flag or a missed one).
   TrainJob judged. A user's own TrainJob carries none of them, and nothing
   of ours may act on it.
 - `owner_trainjob(obj)`: the name of the TrainJob in an object's
-  ownerReferences (a Workload, a JobSet), or None.
+  ownerReferences (a Workload, a JobSet), or None; `owned_by(obj, trainjob)`:
+  whether that reference names this TrainJob's UID (the name alone may be a
+  deleted predecessor's).
 - `is_live(pod)`: not terminating (no deletionTimestamp) and not finished
   (phase Succeeded or Failed). Only live pods are judged and only live pods
   block a release: a pod on its way out is not an execution any more.
@@ -59,6 +61,18 @@ def owner_trainjob(obj: Obj) -> str | None:
         if ref.get("kind") == "TrainJob" and str(ref.get("apiVersion", "")).startswith(f"{names.TRAINER_GROUP}/"):
             return str(ref.get("name"))
     return None
+
+
+def owned_by(obj: Obj, trainjob: Obj) -> bool:
+    """`obj` (a Workload, a JobSet) is owned by this very TrainJob: its ownerReferences name the
+    TrainJob's UID, not only its name (a TrainJob deleted and created again under the same name
+    is another object, and its predecessor's JobSet or Workload may linger until the garbage
+    collector removes it)."""
+    uid = (trainjob.get("metadata") or {}).get("uid")
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "TrainJob" and str(ref.get("apiVersion", "")).startswith(f"{names.TRAINER_GROUP}/"):
+            return bool(uid) and ref.get("uid") == uid
+    return False
 
 
 def is_live(pod: Obj) -> bool:

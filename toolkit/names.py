@@ -1,4 +1,4 @@
-"""The names of the contract (DESIGN.md §2, §4, §7): one copy, imported by
+"""The names of the contract (docs/prologue.md, docs/toolkit.md, docs/adapter.md): one copy, imported by
 the toolkit, the controller and the sidecar. Pure constants, no imports, so
 the sidecar can use it without paying for anything else."""
 
@@ -13,19 +13,29 @@ FOREIGN_ANNOTATION = f"{DOMAIN}/foreign"
 # TrainJob label set to "true" with the foreign annotation and removed with it (toolkit.flagmark),
 # so that a label selector finds every flagged TrainJob.
 FOREIGN_LABEL = f"{DOMAIN}/foreign"
+# Which Workload admission the last raise was for, and the TrainJob generation that raise left
+# (controller.admission); any raise that is not for a Workload removes it.
+RAISED_FOR_ANNOTATION = f"{DOMAIN}/raised-for"
 # Our entry in spec.runtimePatches (a list keyed by manager).
 PATCH_MANAGER = f"{DOMAIN}/adapter"
 # The field manager of the raise's update, and of nothing else: the apiserver stamps its
 # managedFields entry with the time of the last raise (toolkit.raising.last_raise).
 RAISE_FIELD_MANAGER = f"{DOMAIN}/raise"
+# The field manager of `toolkit adopt`'s update, and of nothing else: every adoption changes the
+# count in ADOPTIONS_ANNOTATION, so the apiserver stamps this manager's managedFields entry with
+# the time of the last adoption (toolkit.history.adopted_at), whatever the operator's clock says.
+ADOPT_FIELD_MANAGER = f"{DOMAIN}/adopt"
+ADOPTIONS_ANNOTATION = f"{DOMAIN}/adoptions"
 
 # JobSet's pod label carrying J (= JobSet status.restarts).
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 # The UID of the JobSet that created the pod (JobSet sets it on every pod).
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
-# The replicated job of the trainer (Trainer's name for it).
+# The replicated job of the trainer (Trainer's name for it), and its trainer container, the one
+# Trainer gives the TrainJob's spec.trainer (command, args, env).
 TRAINER_REPLICATED_JOB = "node"
+TRAINER_CONTAINER = "node"
 
 # Prologue inputs (environment of the trainer container).
 ENV_ADMISSION = "DISPATCH_K8S_ADMISSION"
@@ -66,6 +76,10 @@ PODINFO_DIR = "/etc/dispatch/podinfo"
 # filesystem is read-only); its startupProbe (`python3 -m sidecar --started`) looks for it, so
 # the kubelet starts the trainer only once that first check has run, whatever its verdict.
 SIDECAR_STATE_VOLUME = "dispatch-sidecar-state"
+# The sidecar's own ServiceAccount token (a projected volume, the pod's automount off), mounted
+# where the sidecar looks for its in-cluster credentials; no other container mounts it.
+SIDECAR_TOKEN_VOLUME = "dispatch-sidecar-token"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SIDECAR_STATE_DIR = "/run/dispatch-sidecar"
 SIDECAR_STARTED_FILE = SIDECAR_STATE_DIR + "/started"
 SIDECAR_STARTED_ENV = "DISPATCH_SIDECAR_STARTED_FILE"

@@ -1,4 +1,4 @@
-"""The raise of A (DESIGN.md §6), as pure logic.
+"""The raise of A (docs/adapter.md), as pure logic.
 
 A raise reads a TrainJob and returns the object to write back: our runtime
 patch entry carries `max(A in our patch, floor) + 1` and the floor
@@ -6,9 +6,10 @@ annotation carries the same value, in ONE object, so a single update
 preconditioned on the resourceVersion read writes both or neither.
 
 Invariants this module keeps:
-- A never falls. The new value is computed from the larger of the patch and
-  the floor, so a patch rewritten lower, made unreadable or deleted cannot
-  lower the next raise: the floor remembers the last raise.
+- A never falls. The new value is computed from the largest of the patch,
+  the floor and every A the history holds (its floors and its executions),
+  so a patch rewritten lower, made unreadable or deleted, even with the
+  floor annotation deleted too, cannot lower the next raise.
 - Only a suspended TrainJob is raised. A pod reads A once when it starts, and
   Trainer's webhook refuses runtime-patch changes while the TrainJob runs;
   refusing here gives a clear error instead of a webhook rejection.
@@ -47,7 +48,7 @@ from toolkit import detect, history, names
 
 Obj = dict[str, Any]
 
-# Where A lives inside our runtime-patch entry (DESIGN.md §4).
+# Where A lives inside our runtime-patch entry (docs/toolkit.md).
 _PATCH_PATH = ("trainingRuntimeSpec", "template", "spec", "replicatedJobs")
 # The highest A the prologue accepts with J = 0 (R < 10^6).
 MAX_ADMISSION = 999_999
@@ -64,12 +65,14 @@ class Counts:
     patch: int | None  # None: no patch entry, or A unreadable
     floor: int | None  # None: no floor annotation, or malformed
     minimum: int | None = None  # an adoption's minimum for the next A
+    recorded: int = dataclasses.field(default=0, compare=False)  # the highest A the history holds
 
     @property
     def current(self) -> int:
         """The A a pod created now would get if the patch were honest:
-        the larger of patch and floor (0 when neither is set)."""
-        return max(self.patch or 0, self.floor or 0)
+        the larger of patch and floor (0 when neither is set), and never
+        below an A the history holds."""
+        return max(self.patch or 0, self.floor or 0, self.recorded)
 
     @property
     def next(self) -> int:
@@ -109,6 +112,7 @@ def counts(trainjob: Obj) -> Counts:
         patch=patch_admission(trainjob),
         floor=detect.parse_floor(annotations.get(names.FLOOR_ANNOTATION)),
         minimum=detect.parse_count(annotations.get(history.MINIMUM_ANNOTATION)),
+        recorded=history.highest_admission(history.of(trainjob)),
     )
 
 
@@ -122,6 +126,26 @@ def last_raise(trainjob: Obj) -> tuple[int, str] | None:
         if entry.get("operation") == "Update" and isinstance(time, str) and detect.is_timestamp(time) and floor:
             return floor, time
     return None
+
+
+def unsuspended_by(trainjob: Obj) -> tuple[str, str] | None:
+    """Who last set spec.suspend false, when that was not a raise: the field manager the
+    apiserver records as owning spec.suspend and the apiserver's time of its entry. None when the
+    TrainJob is suspended, when our raise's manager owns the field (plain mode's open and release
+    unsuspend in the raise's own update), or when the apiserver keeps no owner of it."""
+    if is_suspended(trainjob):
+        return None
+    owners: list[tuple[str, str]] = []
+    for entry in (trainjob.get("metadata") or {}).get("managedFields") or []:
+        if not isinstance(entry, dict) or entry.get("subresource"):
+            continue
+        spec = ((entry.get("fieldsV1") or {}).get("f:spec")) or {}
+        time = entry.get("time")
+        if isinstance(spec, dict) and "f:suspend" in spec and isinstance(time, str) and detect.is_timestamp(time):
+            owners.append((str(entry.get("manager") or "?"), time))
+    if not owners or any(manager == names.RAISE_FIELD_MANAGER for manager, _ in owners):
+        return None
+    return max(owners, key=lambda owner: owner[1])
 
 
 def floor_when_created(trainjob: Obj, created: str | None) -> tuple[int, str] | None:
@@ -227,9 +251,12 @@ def raised(
     annotations[names.FLOOR_ANNOTATION] = str(new)
     annotations.pop(history.MINIMUM_ANNOTATION, None)
     previous = last_raise(trainjob)
-    if previous is not None:
+    if previous is not None and not history.of(trainjob).unreadable:  # an unreadable one is kept as found
         kept = history.with_floor(history.of(trainjob), floor=previous[0], time=previous[1])
         annotations[history.HISTORY_ANNOTATION] = history.render(kept)
+    # A raise that is not for a Workload admission (open, release) leaves no marker behind that a
+    # later pass of the admission check could take for its own raise.
+    annotations.pop(names.RAISED_FOR_ANNOTATION, None)
     if record is not None:
         annotations[record[0]] = record[1]
     if unsuspend:

@@ -1,12 +1,13 @@
-"""Rendering (DESIGN.md §4, §5, §8): the TrainJob for a StartRequest, and
-the runtime helper that makes a user's (Cluster)TrainingRuntime fit §5.
+"""Rendering (docs/toolkit.md, docs/sidecar.md): the TrainJob for a StartRequest, and
+the runtime helper that makes a user's (Cluster)TrainingRuntime fit the runtime requirements
+(`runtime_check`).
 
 `trainjob(request)` is complete and final: spec.trainer is immutable after
 creation, so everything run-time-dependent reaches the container through
 the Downward API (A from the pod annotation our runtime patch sets, J from
 JobSet's restart label) and the prologue. It is created suspended with A =
 "0" in our runtime-patch entry; the adapter or the admission controller
-raises A before anything runs (§6).
+raises A before anything runs (`raising`).
 
 `runtime(doc)` adds what the adapter needs and a runtime patch cannot:
 - `restartPolicy: Never` on the node pod template and `backoffLimit: 0` on
@@ -14,7 +15,14 @@ raises A before anything runs (§6).
 - the sidecar verifier as a native sidecar (an initContainer with
   `restartPolicy: Always`; Trainer's patch can only amend containers that
   exist, so the sidecar must be in the runtime), its Downward API volume,
-  and the pod's serviceAccountName (the sidecar's ServiceAccount).
+  and the pod's serviceAccountName (the sidecar's ServiceAccount);
+- the ServiceAccount token for the sidecar only: `automountServiceAccountToken:
+  false` on the pod, and a projected volume (a bound, expiring token, the
+  cluster's CA and the namespace, as the kubelet's own automount holds them)
+  mounted read-only into the sidecar alone. The trainer's code cannot read
+  the sidecar's token; training code that needs cloud credentials mounts a
+  projected token of its own in the runtime (with its own audience), which
+  render leaves as it is.
 It is idempotent (rendering its output again changes nothing) and leaves
 every other field, including failure policies the user chose, as it was:
 deciding to allow rank restarts is the user's, and `runtime_check` reports
@@ -117,7 +125,9 @@ def sidecar_container(*, image: str | None = None, env: Sequence[Obj] = ()) -> O
             *[dict(e) for e in env],
         ],
         "volumeMounts": [{"name": names.PODINFO_VOLUME, "mountPath": names.PODINFO_DIR, "readOnly": True},
-                         {"name": names.SIDECAR_STATE_VOLUME, "mountPath": names.SIDECAR_STATE_DIR}],
+                         {"name": names.SIDECAR_STATE_VOLUME, "mountPath": names.SIDECAR_STATE_DIR},
+                         {"name": names.SIDECAR_TOKEN_VOLUME, "mountPath": names.SERVICE_ACCOUNT_DIR,
+                          "readOnly": True}],
         # The kubelet starts the trainer once this succeeds: after the sidecar's first check has run
         # (whatever its verdict). A sidecar that never checks keeps the trainer from starting.
         "startupProbe": {"exec": {"command": ["python3", "-S", "-m", "sidecar", "--started"]},
@@ -134,6 +144,20 @@ def sidecar_container(*, image: str | None = None, env: Sequence[Obj] = ()) -> O
             "seccompProfile": {"type": "RuntimeDefault"},
             "capabilities": {"drop": ["ALL"]},
         },
+    }
+
+
+def sidecar_token_volume() -> Obj:
+    """The sidecar's credentials, as the kubelet's automount would give them (token, ca.crt,
+    namespace), for the sidecar alone: an hour's token the kubelet rotates."""
+    return {
+        "name": names.SIDECAR_TOKEN_VOLUME,
+        "projected": {"defaultMode": 0o444, "sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace",
+                                        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+        ]},
     }
 
 
@@ -191,7 +215,7 @@ def runtime(
     sidecar_image: str | None = None,
     service_account: str = names.SIDECAR_SERVICE_ACCOUNT,
 ) -> Obj:
-    """A copy of the runtime with §5's fields and the sidecar added."""
+    """A copy of the runtime with the runtime requirements' fields and the sidecar added."""
     if not isinstance(doc, Mapping):
         raise RenderError(f"(document): must be a mapping, found {type(doc).__name__}")
     kind = doc.get("kind")
@@ -201,6 +225,9 @@ def runtime(
     rjob = runtime_check.node_job(out)
     if rjob is None:
         raise RenderError(f"{runtime_check.NODE}: the trainer's replicated job must exist, found absent")
+    steps = runtime_check.trainer_step(out)
+    if steps:
+        raise RenderError("; ".join(str(r) for r in steps))
     template = _dict_at(rjob, "template", f"{runtime_check.NODE}.template")
     job_spec = _dict_at(template, "spec", runtime_check.NODE_JOB_SPEC)
     pod_template = _dict_at(job_spec, "template", f"{runtime_check.NODE_JOB_SPEC}.template")
@@ -215,8 +242,10 @@ def runtime(
             f"{service_account!r}; grant {account!r} the sidecar's rights and pass it as the service account"
         )
     pod_spec["serviceAccountName"] = service_account
+    pod_spec["automountServiceAccountToken"] = False  # the sidecar's token is mounted into it alone
     _upsert(_list_at(pod_spec, "initContainers", f"{runtime_check.NODE_POD_SPEC}.initContainers"),
             sidecar_container(image=sidecar_image))
     _upsert(_list_at(pod_spec, "volumes", f"{runtime_check.NODE_POD_SPEC}.volumes"), podinfo_volume())
     _upsert(_list_at(pod_spec, "volumes", f"{runtime_check.NODE_POD_SPEC}.volumes"), sidecar_state_volume())
+    _upsert(_list_at(pod_spec, "volumes", f"{runtime_check.NODE_POD_SPEC}.volumes"), sidecar_token_volume())
     return out

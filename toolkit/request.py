@@ -4,7 +4,7 @@ Model library: plain dataclasses with explicit validation, deliberately,
 not pydantic v2:
 - Errors are ours, one line each, naming the field path, the rule and the
   value found (`env[2].name: must not start with DISPATCH_ ..., found
-  'DISPATCH_X'`). The bounds are §2's, worded by `identity` (one wording for
+  'DISPATCH_X'`). The bounds are the identity's, worded by `identity` (one wording for
   the CLI, the adapter and the prologue's tests); pydantic would wrap them
   in its own multi-line report and its coercions (`"1"` -> 1, 1.0 -> 1)
   that a checked contract does not want.

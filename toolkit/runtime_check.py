@@ -1,4 +1,4 @@
-"""Runtime requirements (DESIGN.md §5) against a (Cluster)TrainingRuntime.
+"""Runtime requirements (docs/toolkit.md) against a (Cluster)TrainingRuntime.
 
 Why: a kubelet restarting a container in place, or a Job replacing a failed
 pod, starts a new execution that raises neither A nor J, so two executions
@@ -24,6 +24,14 @@ therefore make every replacement a JobSet restart (J + 1) or a re-admission
   - a `podFailurePolicy.rules[]` entry with action `Ignore` (an ignored
     failure is replaced without counting).
 
+- always refused, because Trainer gives the TrainJob's `spec.trainer` (our
+  command, the prologue and its `DISPATCH_K8S_*` env) only to the replicated
+  job labelled `trainer.kubeflow.org/trainjob-ancestor-step: trainer`, and
+  our runtime patch and the prologue's inputs target `node`:
+  - `node` without that label (its pods would run the image's own command:
+    no prologue, no `DISPATCH_EPOCH`);
+  - another replicated job with that label.
+
 Each refusal names the field path and the value found, or that it is
 absent. Pure: the input is a decoded document and is never modified.
 """
@@ -45,6 +53,10 @@ JOBSET_SPEC = "spec.template.spec"
 NODE = f"{JOBSET_SPEC}.replicatedJobs[{names.TRAINER_REPLICATED_JOB}]"
 NODE_JOB_SPEC = f"{NODE}.template.spec"
 NODE_POD_SPEC = f"{NODE_JOB_SPEC}.template.spec"
+# Trainer's label naming the replicated job that gets the TrainJob's spec.trainer.
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+TRAINER_STEP = "trainer"
+TRAINER_STEP_LABELS = {ANCESTOR_LABEL: TRAINER_STEP}  # what `node`'s template must carry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +103,27 @@ def describe(runtime: object) -> str:
     return f"{kind if isinstance(kind, str) else '?'}/{name if isinstance(name, str) else '?'}"
 
 
+def trainer_step(runtime: Mapping[str, Any]) -> list[Refusal]:
+    """The replicated job Trainer gives spec.trainer to must be `node`, and only `node`."""
+    out: list[Refusal] = []
+    rjobs = _get(runtime, "spec", "template", "spec", "replicatedJobs")
+    for rjob in rjobs if isinstance(rjobs, list) else []:
+        if not isinstance(rjob, Mapping):
+            continue
+        name = rjob.get("name")
+        step = _get(rjob, "template", "metadata", "labels", ANCESTOR_LABEL)
+        where = f"{JOBSET_SPEC}.replicatedJobs[{name}].template.metadata.labels[{ANCESTOR_LABEL}]"
+        if name == names.TRAINER_REPLICATED_JOB and step != TRAINER_STEP:
+            out.append(Refusal(where, f"must be {TRAINER_STEP}: Trainer gives the TrainJob's command, the "
+                                      f"prologue and its env only to the replicated job so labelled, {found(step)}"))
+        elif name != names.TRAINER_REPLICATED_JOB and step == TRAINER_STEP:
+            out.append(Refusal(where, f"must not be {TRAINER_STEP}: the prologue's inputs and our runtime patch "
+                                      f"target {names.TRAINER_REPLICATED_JOB}, {found(step)}"))
+    return out
+
+
 def check(runtime: object, *, allow_rank_restart: bool = False) -> list[Refusal]:
-    """Every refusal of §5 for this runtime; empty when it is acceptable."""
+    """Every refusal of the requirements above for this runtime; empty when it is acceptable."""
     if not isinstance(runtime, Mapping):
         return [Refusal("(document)", f"must be a mapping, found {type(runtime).__name__}")]
     kind = _get(runtime, "kind")
@@ -102,7 +133,7 @@ def check(runtime: object, *, allow_rank_restart: bool = False) -> list[Refusal]
     if rjob is None:
         return [Refusal(NODE, "the trainer's replicated job must exist, found absent")]
 
-    out: list[Refusal] = []
+    out: list[Refusal] = trainer_step(runtime)
     job_spec = _get(rjob, "template", "spec")
     pod_spec = _get(job_spec, "template", "spec")
 

@@ -1,4 +1,4 @@
-"""The wrapped trainer command and its environment (DESIGN.md §4).
+"""The wrapped trainer command and its environment (docs/toolkit.md).
 
     command = ["/bin/sh", "-c", <prologue text, byte-for-byte>, "dispatch-prologue"]
     args    = the user's command
@@ -89,7 +89,7 @@ def env(
     token_prefix: str,
     workdir: str | None = None,
 ) -> list[dict[str, Any]]:
-    """spec.trainer.env: the job's env sorted, then ours (§4)."""
+    """spec.trainer.env: the job's env sorted, then ours."""
     return job_env(job) + dispatch_env(epoch_prefix=epoch_prefix, token_prefix=token_prefix, workdir=workdir)
 
 

@@ -15,12 +15,12 @@ every helper from one place."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
 from devcluster import objects
-from toolkit import kube, names, paths, render
+from tests import waiting
+from toolkit import kube, names, paths, render, wrap
 
 Obj = objects.Obj
 CHECK_CONTROLLER = objects.CHECK_CONTROLLER
@@ -89,8 +89,10 @@ def create_pod(
     restart: str = "0",
     replicated_job: str = names.TRAINER_REPLICATED_JOB,
     jobset_uid: str | None = None,
+    prologue: bool = True,
 ) -> Obj:
-    """A pod as JobSet would create it from the patched template."""
+    """A pod as JobSet would create it from the patched template (PROLOGUE false: from a runtime
+    that gives the TrainJob's spec.trainer to another replicated job, so without its env)."""
     annotations = {} if admission is None else {names.ADMISSION_ANNOTATION: admission}
     extra = {} if jobset_uid is None else {names.JOBSET_UID_LABEL: jobset_uid}
     body = {
@@ -104,7 +106,10 @@ def create_pod(
             },
             "annotations": annotations,
         },
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "node", "image": "busybox"}]},
+        # The trainer container as Trainer gives it the TrainJob's spec.trainer: the prologue's inputs.
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": names.TRAINER_CONTAINER, "image": "busybox",
+            "env": wrap.dispatch_env(epoch_prefix="1000002", token_prefix="job-1.2.0") if prologue else []}]},
     }
     return client.create(paths.POD, body, namespace=namespace)
 
@@ -118,14 +123,7 @@ def check_entry(client: kube.Client, *, namespace: str, name: str, check: str) -
 
 
 def wait_for(fn: Any, *, timeout: float = 15.0, interval: float = 0.02, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return waiting.until(what, fn, timeout=timeout, interval=interval)
 
 
 def annotations(client: kube.Client, namespace: str, name: str) -> dict[str, str]:

@@ -115,11 +115,16 @@ def test_adoptions_and_their_text_are_bounded():
 
 
 def test_a_pod_created_by_the_last_adoption_was_judged_by_its_person():
-    h, _ = history.adopt(history.History(), time=T0, reason="r", causes=[], dropped=0, restarts=0, jobset_uid=None)
-    assert history.adopted(h, created="2026-12-04T09:59:59Z")
-    assert history.adopted(h, created=T0)
-    assert not history.adopted(h, created="2026-12-04T10:00:01Z")
-    assert not history.adopted(history.History(), created=T0)
+    """By the apiserver's stamp on the adopt's own field manager, not by the time in the record
+    (which the operator's clock may have written)."""
+    h, _ = history.adopt(history.History(), time="2026-12-04T10:10:00Z", reason="r", causes=[], dropped=0,
+                         restarts=0, jobset_uid=None)
+    tj = {"metadata": {"annotations": {history.HISTORY_ANNOTATION: history.render(h)}, "managedFields": [
+        {"manager": names.ADOPT_FIELD_MANAGER, "operation": "Update", "time": T0}]}}
+    assert history.adopted(tj, created="2026-12-04T09:59:59Z")
+    assert history.adopted(tj, created=T0)
+    assert not history.adopted(tj, created="2026-12-04T10:00:01Z")
+    assert not history.adopted({"metadata": {"annotations": tj["metadata"]["annotations"]}}, created=T0)
 
 
 def _pod(a: str | None, j: str, *, phase: str = "Running", deleting: bool = False) -> dict:

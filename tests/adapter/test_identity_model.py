@@ -1,4 +1,4 @@
-"""A model test of the identity (seed 000, DESIGN.md §2, §6, §7) and of the
+"""A model test of the identity (docs/prologue.md, docs/adapter.md) and of the
 way back from a foreign flag (`adopt`).
 
 A hypothesis state machine drives one TrainJob through the events that end
@@ -65,7 +65,10 @@ import hypothesis.strategies as st
 import pytest
 
 from controller import detector
-from toolkit import adapter, detect, history, kube, names, paths, raising
+from toolkit import adapter, detect, history, kube, marks, names, paths, raising
+
+
+CHECK = "ac"  # our AdmissionCheck's name in the model
 
 
 class Store(kube.Client):
@@ -80,8 +83,15 @@ class Store(kube.Client):
         self.before_write: Callable[[], object] | None = None  # a hook to slip a racing writer in
         self.jobset: dict | None = None
         self.pods: dict[str, dict] = {}  # by name, as the apiserver holds them now
+        self.admitted = False  # Kueue's Workload shows our check Ready (an admission through it)
 
     def list(self, res, *, namespace=None, label_selector=None, field_selector=None):
+        if res == paths.WORKLOAD:  # the TrainJob's one Workload, our check's state on it
+            owner = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "tj",
+                     "uid": self.obj["metadata"]["uid"]}
+            state = "Ready" if self.admitted else "Pending"
+            return [{"metadata": {"name": "wl", "ownerReferences": [owner]},
+                     "status": {"admissionChecks": [{"name": CHECK, "state": state}]}}], "1"
         assert res == paths.POD and field_selector and field_selector.startswith("metadata.name=")
         pod = self.pods.get(field_selector.split("=", 1)[1])
         return ([copy.deepcopy(pod)] if pod is not None else []), "1"
@@ -94,18 +104,32 @@ class Store(kube.Client):
         return copy.deepcopy(self.obj)
 
     def replace(self, res, obj, *, subresource=None, field_manager=None):
+        if res == paths.WORKLOAD:  # adopt sets our check Retry: Kueue evicts (the model stops it)
+            self.admitted = False
+            return obj
         if self.before_write is not None:
             hook, self.before_write = self.before_write, None
             hook()
         if obj["metadata"]["resourceVersion"] != str(self.rv):
             raise kube.Conflict(409, "Conflict", "the object has been modified")
         self.rv += 1
+        before = self.obj
         self.obj = copy.deepcopy(obj)
         self.obj["metadata"]["resourceVersion"] = str(self.rv)
-        if field_manager is not None:  # every write of the raise's manager changes the floor it owns
-            others = [e for e in self.obj["metadata"].get("managedFields") or [] if e["manager"] != field_manager]
-            self.obj["metadata"]["managedFields"] = [
-                *others, {"manager": field_manager, "operation": "Update", "time": self.clock()}]
+        # managedFields as the apiserver keeps them for what the rules read: the writer that
+        # changed spec.suspend owns it; a named manager's entry is stamped at each of its writes
+        # (the raise's and the adopt's each change a field only they write).
+        manager = field_manager or "python-client"
+        entries = {e["manager"]: e for e in copy.deepcopy(before["metadata"].get("managedFields") or [])}
+        if before["spec"].get("suspend") != self.obj["spec"].get("suspend"):
+            for entry in entries.values():
+                entry.get("fieldsV1", {}).get("f:spec", {}).pop("f:suspend", None)
+            entry = entries.setdefault(manager, {"manager": manager, "operation": "Update"})
+            entry.setdefault("fieldsV1", {}).setdefault("f:spec", {})["f:suspend"] = {}
+            entry["time"] = self.clock()
+        if field_manager is not None:
+            entries.setdefault(manager, {"manager": manager, "operation": "Update"})["time"] = self.clock()
+        self.obj["metadata"]["managedFields"] = list(entries.values())
         return copy.deepcopy(self.obj)
 
     def event(self, **kw):
@@ -118,7 +142,8 @@ class Identity(stateful.RuleBasedStateMachine):
         tj = {
             "apiVersion": "trainer.kubeflow.org/v1alpha1",
             "kind": "TrainJob",
-            "metadata": {"name": "tj", "namespace": "ns", "annotations": {}},
+            "metadata": {"name": "tj", "namespace": "ns", "uid": "tj-uid", "annotations": {},
+                         "labels": {names.KUEUE_QUEUE_LABEL: "lq"}},
             "spec": {"suspend": True, "runtimePatches": [raising.patch_entry(0)]},
         }
         self.store = Store(tj, clock=self._now)
@@ -132,7 +157,7 @@ class Identity(stateful.RuleBasedStateMachine):
         # the controller's work, queued when its cause appears
         self.pod_events: list[str] = []
         self.jobset_events: list[None] = []
-        self.detector = detector.Detector(self.store, clock=self._now)
+        self.detector = detector.Detector(self.store, clock=self._now, ours=lambda: {CHECK})
         self.conflicts = 0
         self.raises: list[int] = []  # the step of every raise
         self.resets = 0  # rewrites and deletions of the patch, JobSets replaced
@@ -157,7 +182,7 @@ class Identity(stateful.RuleBasedStateMachine):
         self.store.jobset = {
             "metadata": {"name": "tj", "namespace": "ns", "uid": uuid.uuid4().hex,
                          "ownerReferences": [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-                                              "name": "tj"}]},
+                                              "name": "tj", "uid": "tj-uid"}]},
             "status": {"restarts": 0},
         }
         self.jobset_events.append(None)
@@ -222,6 +247,7 @@ class Identity(stateful.RuleBasedStateMachine):
 
     def _stop(self) -> None:
         self._write(lambda o: o["spec"].__setitem__("suspend", True))
+        self.store.admitted = False  # evicted: Kueue sets our check Pending again
         self.running = False
         self.raised_since_suspend = False
         self._end_pods()
@@ -265,9 +291,28 @@ class Identity(stateful.RuleBasedStateMachine):
     @stateful.precondition(lambda self: not self.running and self.raised_since_suspend)
     @stateful.rule()
     def kueue_admits_and_unsuspends(self) -> None:
+        self.store.admitted = True  # our check Ready: Kueue admits
         self._write(lambda o: o["spec"].__setitem__("suspend", False))
         self.running = True
         self._start_execution()
+
+    @stateful.precondition(lambda self: not self.running)
+    @stateful.rule()
+    def unsuspended_by_hand(self) -> None:
+        """`kubectl patch --type merge -p '{"spec":{"suspend":false}}'` after a hold or an eviction:
+        Trainer resumes the same JobSet; no raise, no admission through our check."""
+        def compute(obj):
+            obj["spec"]["suspend"] = False
+            return obj, None
+
+        self.store.read_modify_write(paths.TRAINJOB, name="tj", namespace="ns", compute=compute,
+                                     field_manager="kubectl-patch")
+        self.resets += 1
+        self.running = True
+        count = len(self.executions)
+        self._start_execution()
+        for e in self.executions[count:]:
+            e["by_hand"] = True
 
     @stateful.precondition(lambda self: not self.running)
     @stateful.rule()
@@ -305,6 +350,29 @@ class Identity(stateful.RuleBasedStateMachine):
         self.resets += 1
 
     @stateful.precondition(lambda self: not self.running)
+    @stateful.rule(value=st.sampled_from([None, "0", "1", "x"]))
+    def floor_edited(self, value: str | None) -> None:
+        """The floor annotation set by hand (None: deleted)."""
+        def edit(o):
+            annotations = o["metadata"].setdefault("annotations", {})
+            if value is None:
+                annotations.pop(names.FLOOR_ANNOTATION, None)
+            else:
+                annotations[names.FLOOR_ANNOTATION] = value
+        self._write(edit)
+        self.resets += 1
+
+    @stateful.rule()
+    def history_made_unreadable(self) -> None:
+        """The history annotation overwritten with text that is not a history. (Deleted, or
+        rewritten readable with a lower mark, it cannot be told from a history that never held
+        more: like the recorded JobSet UID, it is in the trust boundary of whoever may update
+        TrainJobs, docs/threat-model.md.)"""
+        self._write(lambda o: o["metadata"].setdefault("annotations", {}).__setitem__(
+            history.HISTORY_ANNOTATION, "{not json"))
+        self.resets += 1
+
+    @stateful.precondition(lambda self: not self.running)
     @stateful.rule()
     def patch_deleted(self) -> None:
         self._write(lambda o: o["spec"].__setitem__("runtimePatches", []))
@@ -318,17 +386,30 @@ class Identity(stateful.RuleBasedStateMachine):
         if self.running:
             self._start_execution()
 
-    @stateful.precondition(lambda self: self.flagged)
+    # Not while it runs in Kueue mode without an admission through our check (started by hand):
+    # adopt can then neither hold it (Kueue mode) nor re-queue it (no Ready check to set Retry), and
+    # says so ("still running and no admitted Workload with our check was found to re-queue").
+    @stateful.precondition(lambda self: self.flagged and not (self.running and not self.store.admitted))
     @stateful.rule()
     def a_person_adopts(self) -> None:
         self._catch_up()
-        done = adapter.adopt(self.store, namespace="ns", name="tj", reason="checked by a person", clock=self._now)
+        refusable = history.of(self.store.obj).unreadable or not marks.is_ours(self.store.obj)
+        try:
+            done = adapter.adopt(self.store, namespace="ns", name="tj", reason="checked by a person",
+                                 checks={CHECK})
+        except adapter.AdapterError:
+            # An unreadable history, or every mark of ours removed by hand: a person repairs it
+            # first, and the flag stands meanwhile.
+            assert refusable
+            return
         self.flags[-1][1] = self.step
         assert not adapter.is_flagged(self.store.obj)
         if done.held:
             self.running = False
             self.raised_since_suspend = False
             self._end_pods()
+        if done.requeued:
+            self._stop()  # Kueue evicts on Retry; the next admission raises
         seen = max((e["r"] for e in self.executions), default=0)
         assert done.next_r > seen, f"adopt's next R {done.next_r} is not above the R {seen} already seen"
 
@@ -346,12 +427,19 @@ class Identity(stateful.RuleBasedStateMachine):
         return (not e["seen_running"] and last_raise == e["start"]
                 and any(x["key"] == e["key"] for x in self.executions[:i]))
 
+    def _unseen_resume(self, i: int) -> bool:
+        """The other gap (docs/adapter.md, "What detection cannot see"): an execution resumed
+        without a raise whose pod the controller never saw running: once it has ended, nothing the
+        apiserver keeps says the suspension before it had no raise."""
+        e = self.executions[i]
+        return bool(e.get("by_hand")) and not e["seen_running"]
+
     def _check(self, *, every: bool) -> None:
         assert self.resets or not self.flags, f"flagged with no reset: {self.store.obj['metadata']['annotations']}"
         highest = 0
         for i, e in enumerate(self.executions):
             assert (e["r"] > highest or self._covered(e["start"]) or (not every and self.pending)
-                    or self._unseen_twin(i)), (
+                    or self._unseen_twin(i) or self._unseen_resume(i)), (
                 f"R {e['r']} repeated without a flag: {self.executions}, flags {self.flags}")
             highest = max(highest, e["r"])
 
@@ -370,7 +458,7 @@ def _fails(monkeypatch_target: Callable[[], None]) -> str:
     try:
         stateful.run_state_machine_as_test(
             # No shrinking: the test needs a failure, not the smallest one.
-            Identity, settings=hypothesis.settings(max_examples=300, stateful_step_count=30, deadline=None,
+            Identity, settings=hypothesis.settings(max_examples=1000, stateful_step_count=30, deadline=None,
                                                    database=None, report_multiple_bugs=False,
                                                    phases=[hypothesis.Phase.generate])
         )
@@ -466,3 +554,32 @@ def test_the_model_can_fail_when_ended_pods_are_judged_by_the_floor_as_it_stands
     monkeypatch.setattr(raising, "floor_when_created", lambda tj, created: raising.last_raise(tj) or now(tj, created))
     with pytest.raises(AssertionError, match="flagged with no reset"):
         _preempted_then_raised_trace()
+
+
+def _resumed_by_hand_trace() -> Identity:
+    """Admitted through our check at A = 1 and seen; evicted; unsuspended by hand (no raise, no
+    admission through our check): the same A, J and JobSet run again, and the controller sees it."""
+    machine = Identity()
+    for step in ("kueue_reserves_and_we_raise", "kueue_admits_and_unsuspends", "controller_handles_a_pod",
+                 "controller_handles_the_jobset", "preempt_or_hold", "time_passes", "unsuspended_by_hand",
+                 "controller_handles_a_pod"):
+        getattr(machine, step)()
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    return machine
+
+
+def test_an_execution_resumed_by_hand_is_flagged():
+    machine = _resumed_by_hand_trace()
+    first, again = machine.executions
+    assert first["key"] == again["key"] and again["seen_running"]
+    machine.teardown()
+    foreign = machine.store.obj["metadata"]["annotations"][names.FOREIGN_ANNOTATION]
+    assert f"pod {again['pod']} started after spec.suspend was set false by kubectl-patch at " in foreign
+
+
+def test_the_model_can_fail_without_the_resume_rule(monkeypatch):
+    """Without the rule that reads who last set spec.suspend, the repeat goes unflagged, and the
+    property says so."""
+    monkeypatch.setattr(detector, "resumed", lambda pod, trainjob, *, admitted: None)
+    with pytest.raises(AssertionError, match="repeated without a flag"):
+        _resumed_by_hand_trace().teardown()

@@ -99,7 +99,7 @@ def test_a_written_by_raises_strictly_increases_whatever_is_rewritten_between(op
         elif op[0] == "delete":
             tj["spec"]["runtimePatches"] = []
         # someone lowering the floor AND the patch together defeats detection
-        # by design (DESIGN.md §7's trust boundary); lowering one is covered.
+        # by design (the trust boundary of docs/threat-model.md); lowering one is covered.
     assert written == sorted(set(written))
 
 
@@ -114,3 +114,30 @@ def test_an_adoption_minimum_lifts_the_next_raise_and_is_spent_by_it():
     # a minimum at or below the floor changes nothing
     tj["metadata"]["annotations"]["dispatch.phpboyscout.uk/admission-minimum"] = "2"
     assert raising.raised(tj)[1] == 4
+
+
+def test_a_deleted_floor_and_a_lowered_patch_cannot_lower_a_below_what_the_history_holds():
+    """The floor annotation deleted and our patch set back to 0: the history still holds the
+    raises' floors and the executions' A, and the raise goes above the highest of them."""
+    from toolkit import history
+
+    tj = trainjob(patch="0", floor=None)
+    kept = history.History(
+        executions=(history.Execution(a=2, j=1, jobset_uid="js", r=3, epoch=None, attempt=None, first_pod="p",
+                                      first_seen="2026-01-01T00:00:00Z", last_seen="2026-01-01T00:00:00Z",
+                                      ended="stopped", verdict="ok"),),
+        high_water=3, floors=((3, "2026-01-01T00:00:01Z"),))
+    tj["metadata"]["annotations"][history.HISTORY_ANNOTATION] = history.render(kept)
+    _, a = raising.raised(tj)
+    assert a == 4
+
+
+def test_a_raise_keeps_an_unreadable_history_as_found():
+    from toolkit import history
+
+    tj = trainjob(patch="1", floor="1")
+    tj["metadata"]["annotations"][history.HISTORY_ANNOTATION] = "{not json"
+    tj["metadata"]["managedFields"] = [{"manager": names.RAISE_FIELD_MANAGER, "operation": "Update",
+                                        "time": "2026-01-01T00:00:00Z"}]
+    new, a = raising.raised(tj)
+    assert a == 2 and new["metadata"]["annotations"][history.HISTORY_ANNOTATION] == "{not json"

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from toolkit import cli, kube, paths, raising, render
+from toolkit import cli, kube, paths, raising, render, runtime_check
 
 pytestmark = pytest.mark.cluster
 
@@ -22,7 +22,8 @@ def _runtime(name: str, *, restart_policy: str | None) -> dict:
         "kind": "ClusterTrainingRuntime",
         "metadata": {"name": name},
         "spec": {"template": {"spec": {"replicatedJobs": [
-            {"name": "node", "replicas": 1, "template": {"spec": {"template": {"spec": pod_spec}}}}
+            {"name": "node", "replicas": 1, "template": {"metadata": {"labels": runtime_check.TRAINER_STEP_LABELS},
+                                                         "spec": {"template": {"spec": pod_spec}}}}
         ]}}},
     }
     if restart_policy is not None:

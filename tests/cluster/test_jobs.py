@@ -7,7 +7,6 @@ writes its phase through the status subresource, as a kubelet would.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -15,6 +14,7 @@ import kubernetes.client
 import pytest
 
 from devcluster import harness
+from tests import waiting
 
 pytestmark = pytest.mark.cluster
 
@@ -22,14 +22,7 @@ T = TypeVar("T")
 
 
 def wait_for(what: str, probe: Callable[[], T | None], *, timeout: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
+    return waiting.until(what, probe, timeout=timeout, interval=0.2)
 
 
 def job(name: str, *, parallelism: int, ttl: int | None = None) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ import pytest
 import yaml
 
 from devcluster import metrics
+from tests import waiting
 from toolkit import kube
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -173,11 +173,4 @@ def start_controller(controller_kubeconfig, namespace, metrics_token) -> Iterato
 
 
 def wait_until(fn: Any, *, timeout: float = 15, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    return waiting.until(what, fn, timeout=timeout, interval=0.02)

@@ -11,6 +11,7 @@ import pytest
 
 from controller import admission
 from tests.adapter import kit
+from tests.faults import checks
 from tests.controller.conftest import wait_until
 from toolkit import adapter, kube, paths, raising
 
@@ -120,7 +121,8 @@ def test_a_crash_after_the_raise_does_not_raise_twice(admin, namespace, start_co
     wl = kit.create_workload(admin, tj)
     reserved = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     adapter.raise_admission(
-        admin, namespace=namespace, name=name, record=(adapter.RAISED_FOR_ANNOTATION, admission.marker(reserved))
+        admin, namespace=namespace, name=name,
+        record=lambda tj: (adapter.RAISED_FOR_ANNOTATION, admission.raised_for(reserved, tj)),
     )
     start_controller()
     entry = _ready(admin, namespace, wl, check)
@@ -139,7 +141,8 @@ def test_a_crash_after_the_raise_then_a_changed_workload_raises_again(admin, nam
     wl = kit.create_workload(admin, tj)
     first = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     adapter.raise_admission(
-        admin, namespace=namespace, name=name, record=(adapter.RAISED_FOR_ANNOTATION, admission.marker(first))
+        admin, namespace=namespace, name=name,
+        record=lambda tj: (adapter.RAISED_FOR_ANNOTATION, admission.raised_for(first, tj)),
     )
     kit.kueue_evict(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     second = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
@@ -149,7 +152,7 @@ def test_a_crash_after_the_raise_then_a_changed_workload_raises_again(admin, nam
     assert entry["message"] == "A raised to 2"
     after = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
     assert raising.counts(after) == raising.Counts(patch=2, floor=2)
-    assert after["metadata"]["annotations"][adapter.RAISED_FOR_ANNOTATION] == admission.marker(second)
+    assert admission.raised_here(after, second)
 
 
 def test_two_controllers_without_leader_election_still_raise_before_every_ready(admin, namespace, start_controller):
@@ -247,3 +250,28 @@ def test_a_trainjob_started_and_stopped_between_the_raise_and_the_ready_is_raise
         second = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check})
     assert (second.action, second.admission) == ("ready", 2)
     assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["message"] == "A raised to 2"
+
+
+def test_a_ready_refused_after_the_raise_then_a_start_by_hand_is_never_approved_with_that_a(
+        admin, api_client, namespace, start_controller):
+    """Our raise lands and our Ready is refused (a real admission policy of the apiserver holds it,
+    as any webhook or error could); meanwhile the TrainJob is started by hand and stopped again
+    (an execution may have run with A = 1) and the Workload is not touched. When Ready is allowed
+    again, it must not carry the A that execution may have used: the next pass raises to 2 and
+    approves that."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)
+    with checks.approval_held(api_client, check, namespace=namespace):
+        start_controller()
+        kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+        wait_until(lambda: raising.counts(admin.get(paths.TRAINJOB, name=name, namespace=namespace)).current == 1,
+                   what="the raise")
+        kit.set_suspend(admin, namespace, name, False)  # started by hand: its pods would carry A = 1
+        kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1")
+        kit.set_suspend(admin, namespace, name, True)
+        assert _state(admin, namespace, wl, check)["state"] == "Pending"
+    entry = _ready(admin, namespace, wl, check, timeout=20)
+    assert entry["message"] == "A raised to 2"
+    assert raising.counts(admin.get(paths.TRAINJOB, name=name, namespace=namespace)) == raising.Counts(patch=2,
+                                                                                                        floor=2)

@@ -9,8 +9,11 @@ person adopts, and the next execution's epoch is above every earlier one."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
+import time
+import types
 
 import pytest
 from click.testing import CliRunner
@@ -186,6 +189,8 @@ def test_a_preemption_and_readmission_is_a_new_execution_in_the_history(admin, n
     kit.create_admission_check(admin, check)
     tj = kit.create_trainjob(admin, namespace)
     name = tj["metadata"]["name"]
+    admin.merge_patch(paths.TRAINJOB, {"metadata": {"labels": {names.KUEUE_QUEUE_LABEL: "lq"}}}, name=name,
+                      namespace=namespace)  # Kueue mode: Kueue, not a raise, unsuspends it
     uid = kit.create_jobset(admin, tj)["metadata"]["uid"]
     wl = kit.create_workload(admin, tj)["metadata"]["name"]
     start_controller()
@@ -206,3 +211,85 @@ def test_a_preemption_and_readmission_is_a_new_execution_in_the_history(admin, n
         admin.merge_patch(paths.POD, {"metadata": {"finalizers": None}}, name=pod, namespace=namespace)
     assert history.of(admin.get(paths.TRAINJOB, name=name, namespace=namespace)).high_water == 2
     assert _foreign(admin, namespace, name) is None
+
+
+def test_an_unreadable_history_is_flagged_kept_as_found_and_never_overwritten(admin, namespace, start_controller):
+    """Someone writes the history annotation over with text that is not a history: the mark it
+    held is unknown. The controller flags the TrainJob, records nothing over it (a new history
+    would start the mark from the next execution, lower), and adopt refuses until a person has
+    repaired it."""
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    uid = kit.create_jobset(admin, tj)["metadata"]["uid"]
+    adapter.open_(admin, namespace=namespace, name=name)
+    start_controller()
+    kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", jobset_uid=uid)
+    wait_until(lambda: _rows(admin, namespace, name) == [(1, 0, 1, None, "ok")], what="the first execution")
+    admin.merge_patch(paths.TRAINJOB, {"metadata": {"annotations": {history.HISTORY_ANNOTATION: "{not json"}}},
+                      name=name, namespace=namespace)
+    kit.set_restarts(admin, admin.get(paths.JOBSET, name=name, namespace=namespace), 1)
+    kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", restart="1", jobset_uid=uid)
+    flagged = wait_until(lambda: _foreign(admin, namespace, name), what="the flag")
+    assert flagged.startswith(f"TrainJob annotation {history.HISTORY_ANNOTATION} is not a history dispatch wrote")
+    assert kit.annotations(admin, namespace, name)[history.HISTORY_ANNOTATION] == "{not json"
+    with pytest.raises(adapter.AdapterError, match="is unreadable, so the high-water mark of R is unknown"):
+        adapter.adopt(admin, namespace=namespace, name=name, reason="checked")
+    assert kit.annotations(admin, namespace, name)[history.HISTORY_ANNOTATION] == "{not json"
+
+
+def test_an_adoption_is_timed_by_the_apiserver_not_by_the_operators_clock(admin, namespace, start_controller,
+                                                                           monkeypatch):
+    """`toolkit adopt` run on a laptop whose clock is ten minutes fast: a pod created after the
+    adoption, below the floor, is still judged (the exemption of the adopted execution's pods
+    ends at the apiserver's time of the adoption, not the laptop's)."""
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    uid = kit.create_jobset(admin, tj)["metadata"]["uid"]
+    adapter.open_(admin, namespace=namespace, name=name)
+    start_controller()
+    first = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", jobset_uid=uid)
+    wait_until(lambda: _rows(admin, namespace, name) == [(1, 0, 1, None, "ok")], what="the first execution")
+    adapter.flag_foreign(admin, namespace=namespace, name=name, violation=detect.Violation("x", "a reset"))
+
+    class Fast(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):  # type: ignore[override]
+            return datetime.datetime.now(tz) + datetime.timedelta(minutes=10)
+
+    monkeypatch.setattr(detect, "datetime", types.SimpleNamespace(datetime=Fast, timezone=datetime.timezone))
+    adapter.adopt(admin, namespace=namespace, name=name, reason="checked")  # held: plain mode
+    monkeypatch.undo()
+    time.sleep(1.1)  # the apiserver's times are to the second: a pod of the same second is not judged
+    kit.delete_pod(admin, namespace=namespace, pod=first["metadata"]["name"])
+    assert adapter.release(admin, namespace=namespace, name=name).admission == 2
+    below = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", jobset_uid=uid)
+    cause = f"pod {below['metadata']['name']} has admission 1, below the floor 2: A may have been lowered"
+    wait_until(lambda: cause in (_foreign(admin, namespace, name) or "").split("\n"), what="the below-floor flag")
+    after = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
+    assert history.of(after).adoptions[-1].time == history.adopted_at(after)
+
+
+def test_adopt_re_queues_through_the_checks_of_the_controller_name_it_is_given(control_plane, admin, namespace):
+    """The controller serves a controllerName of its own choosing (its --controller-name); a CLI
+    cannot read its settings, so adopt takes that name (or the checks by name) and re-queues
+    through the AdmissionChecks that carry it."""
+    from controller import admission
+
+    served = "example.com/our-admission-check"
+    check = f"ours-{namespace}"
+    admin.create(paths.ADMISSION_CHECK, {"metadata": {"name": check}, "spec": {"controllerName": served}})
+    body = kit.trainjob_body("queued")
+    body["metadata"]["labels"] = {names.KUEUE_QUEUE_LABEL: "lq"}
+    kit.ensure_runtime(admin, namespace)
+    tj = admin.create(paths.TRAINJOB, body, namespace=namespace)
+    wl = kit.create_workload(admin, tj)
+    reserved = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
+    adapter.raise_admission(admin, namespace=namespace, name="queued")
+    admin.replace(paths.WORKLOAD, admission.with_check_ready(reserved, checks=[check], admission=1), subresource="status")
+    kit.set_suspend(admin, namespace, "queued", False)  # Kueue admits
+    adapter.flag_foreign(admin, namespace=namespace, name="queued", violation=detect.Violation("x", "a reset"))
+    done = _toolkit(control_plane, "adopt", "queued", "-n", namespace, "--reason", "checked",
+                    "--controller-name", served)
+    assert done.exit_code == 0, done.output
+    assert f"re-queued through the admission check: {wl['metadata']['name']}" in done.output
+    assert kit.check_entry(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)["state"] == "Retry"

@@ -7,7 +7,7 @@ reaches the controller and refuses a missing cluster config in one line.
 Its behaviour against a cluster is proven by the process tests here.
 
 Built and run through the Docker Engine API (tests/containers.py: the
-docker SDK against podman's Docker-compatible service, DESIGN.md §10).
+docker SDK against podman's Docker-compatible service, docs/images.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The admission check acts only on our TrainJobs, and checks their runtime
-again at each admission (issue: a user's own TrainJob in a queue with our
-check; a runtime edited after start). The test acts as Kueue on real
+again at each admission (the cases: a user's own TrainJob in a queue with
+our check; a runtime edited after start). The test acts as Kueue on real
 Workload objects; the controller is a real process under its shipped RBAC."""
 
 from __future__ import annotations

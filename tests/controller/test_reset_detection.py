@@ -1,4 +1,4 @@
-"""Resets are detected, not prevented (DESIGN.md §7): the controller records
+"""Resets are detected, not prevented (docs/adapter.md): the controller records
 the JobSet UID, flags a new one, flags pods without A or below the floor and
 turns a sidecar's report into the flag only once it has confirmed the
 violation itself, and stops nothing."""
@@ -204,3 +204,41 @@ def test_a_stale_cached_pod_seen_across_a_raise_flags_nothing_while_a_real_one_i
     assert watcher.pod(real) is True
     assert _foreign(admin, namespace, name) == (
         f"pod {real['metadata']['name']} has admission 1, below the floor 2: A may have been lowered")
+
+
+def test_a_jobset_left_by_a_deleted_trainjob_of_the_same_name_is_not_recorded(admin, namespace, start_controller):
+    """The same request started again right after its TrainJob was deleted: the old TrainJob's
+    JobSet (same name, owned by the old UID) is still there until the garbage collector removes
+    it. It is not the new TrainJob's: its UID is not recorded, and the new TrainJob's own JobSet is
+    recorded, not flagged."""
+    start_controller()
+    old = kit.create_trainjob(admin, namespace)
+    name = old["metadata"]["name"]
+    admin.delete(paths.TRAINJOB, name=name, namespace=namespace)
+    wait_until(lambda: not admin.list(paths.TRAINJOB, namespace=namespace)[0], what="the old TrainJob gone")
+    new = kit.create_trainjob(admin, namespace, name=name)
+    stale = kit.create_jobset(admin, old)  # what the old TrainJob's JobSet is until it is collected
+    adapter.open_(admin, namespace=namespace, name=name)
+    assert kit.annotations(admin, namespace, name).get(names.JOBSET_UID_ANNOTATION) != stale["metadata"]["uid"]
+    wait_until(lambda: admin.list(paths.JOBSET, namespace=namespace, field_selector=f"metadata.name={name}")[0] == [],
+               what="the garbage collector to remove the old JobSet")
+    own = kit.create_jobset(admin, new)
+    wait_until(lambda: kit.annotations(admin, namespace, name).get(names.JOBSET_UID_ANNOTATION) == own["metadata"]["uid"],
+               what="the new JobSet's UID recorded")
+    assert _foreign(admin, namespace, name) is None
+
+
+def test_a_running_trainer_pod_without_the_prologues_inputs_is_flagged(admin, namespace, start_controller):
+    """A runtime that gives the TrainJob's spec.trainer to another replicated job than `node` (or
+    to none): `node`'s pods run the image's own command, without the prologue's inputs, so
+    without DISPATCH_EPOCH. The pod carries A and J like any other; its missing env shows it."""
+    tj = kit.create_trainjob(admin, namespace)
+    name = tj["metadata"]["name"]
+    adapter.open_(admin, namespace=namespace, name=name)  # A 1
+    start_controller()
+    kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1")
+    bare = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", prologue=False)
+    cause = (f"pod {bare['metadata']['name']}: its container node has no DISPATCH_K8S_ADMISSION, "
+             "DISPATCH_K8S_RESTART, DISPATCH_K8S_EPOCH_PREFIX, DISPATCH_K8S_TOKEN_PREFIX: it runs without the "
+             "prologue, so without DISPATCH_EPOCH (its runtime does not give the TrainJob's command to it)")
+    assert wait_until(lambda: _foreign(admin, namespace, name), what="the flag") == cause

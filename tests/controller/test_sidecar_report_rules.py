@@ -26,9 +26,10 @@ def _pod(name: str = "tj-node-0-0-abcde", *, trainjob: str = "tj", admission: st
             "status": {"phase": phase}}
 
 
-def _jobset(uid: str, *, owner: str = "tj") -> dict:
+def _jobset(uid: str, *, owner: str = "tj", owner_uid: str | None = None) -> dict:
     return {"metadata": {"name": owner, "namespace": "ns", "uid": uid, "ownerReferences": [
-        {"apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}", "kind": "TrainJob", "name": owner}]}}
+        {"apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}", "kind": "TrainJob", "name": owner,
+         "uid": owner_uid or f"{owner}-uid"}]}}
 
 
 def test_a_healthy_trainjob_confirms_nothing():
@@ -50,6 +51,8 @@ def test_each_rule_is_confirmed_from_the_controllers_own_objects():
 def test_another_trainjobs_pod_or_jobset_and_a_finished_pods_admission_prove_nothing():
     assert detector.confirmed(trainjob=TRAINJOB, pod=_pod(trainjob="other", admission=None), jobset=None) == []
     assert detector.confirmed(trainjob=TRAINJOB, pod=None, jobset=_jobset("js-9", owner="other")) == []
+    # A JobSet of the same name owned by a deleted predecessor (another UID) is not this TrainJob's.
+    assert detector.confirmed(trainjob=TRAINJOB, pod=None, jobset=_jobset("js-9", owner_uid="old-uid")) == []
     done = _pod(admission="1", jobset_uid="js-1", phase="Succeeded")
     assert detector.confirmed(trainjob=TRAINJOB, pod=done, jobset=None) == []
 

@@ -12,7 +12,6 @@ import base64
 import collections
 import pathlib
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ import kubernetes.stream
 import kubernetes.watch
 
 from devcluster import node, runqueue
+from tests import waiting
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MANIFESTS = runqueue.DISPATCHER_MANIFESTS
@@ -43,14 +43,7 @@ install_rbac = runqueue.install_rbac  # the shipped ServiceAccount, Role and Rol
 
 
 def wait(predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
+    return waiting.until(what, predicate, timeout=timeout, interval=0.1)
 
 
 class Dispatcher(runqueue.Dispatcher):

@@ -59,7 +59,7 @@ def test_pod_failure_restarts_the_jobset_with_j_plus_one(scenario: Scenario, tmp
     for pod in first:
         result = scenario.run(pod, until_exit=True)
         assert result.exit_code == 3  # the real container failed: J = 0
-    scenario.wait("the JobSet restart", lambda: ((scenario.jobset() or {}).get("status") or {}).get("restarts") == 1)
+    scenario.wait("the JobSet restart", lambda: adapter.restarts_of(scenario.jobset()) == 1)
 
     second = scenario.new_pods()
     for pod in second:

@@ -1,4 +1,4 @@
-"""Resets are detected, not prevented (DESIGN.md §7), on the real controllers:
+"""Resets are detected, not prevented (docs/adapter.md), on the real controllers:
 a JobSet deleted by hand is rebuilt by Trainer with restarts 0, and our
 controller flags the TrainJob foreign with the exact cause; our runtime patch
 rewritten lower does not lower the next raise (the floor holds); a pod that
@@ -64,7 +64,7 @@ def test_jobset_deleted_by_hand_is_flagged_foreign_and_the_floor_holds(scenario:
         body={"propagationPolicy": "Background"})
     new = scenario.wait("Trainer to build a new JobSet", lambda: (
         (js := scenario.jobset()) and js["metadata"]["uid"] != old_uid and js))
-    assert int((new.get("status") or {}).get("restarts") or 0) == 0
+    assert adapter.restarts_of(new) == 0
     # The kubelet runs the rebuilt JobSet's pods whether or not the controller
     # has flagged the TrainJob yet: nothing prevents a reset, it is detected.
     rebuilt = [scenario.run(pod) for pod in scenario.new_pods()]

@@ -40,7 +40,7 @@ def test_jobset_deleted_by_the_garbage_collector_is_flagged_and_nothing_is_stopp
             "metadata": {"ownerReferences": [{**owner, "uid": str(uuid.uuid4())}]}})
         new = sc.wait("the garbage collector to delete the JobSet and Trainer to build a new one", lambda: (
             (js := sc.jobset()) and js["metadata"]["uid"] != old_uid and js))
-        assert int((new.get("status") or {}).get("restarts") or 0) == 0
+        assert adapter.restarts_of(new) == 0
         assert [o["uid"] for o in new["metadata"]["ownerReferences"]] == [sc.trainjob()["metadata"]["uid"]]
         rebuilt = [sc.run(pod) for pod in sc.new_pods()]
         cause = f"JobSet UID {new['metadata']['uid']} is not the recorded {old_uid}: J may have been reset"

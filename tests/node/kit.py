@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -18,6 +17,7 @@ import kubernetes.utils
 import yaml
 
 from devcluster import harness, node as node_mod, scenario
+from tests import waiting
 
 T = TypeVar("T")
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -30,14 +30,7 @@ WAIT_SECONDS = 90.0
 def wait(what: str, predicate: Callable[[], T | None], *, timeout: float = WAIT_SECONDS,
          interval: float = 0.3) -> T:
     """The first truthy value of PREDICATE, polled until TIMEOUT."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return waiting.until(what, predicate, timeout=timeout, interval=interval)
 
 
 def new_namespace(api: kubernetes.client.ApiClient, *, prefix: str = "node") -> str:

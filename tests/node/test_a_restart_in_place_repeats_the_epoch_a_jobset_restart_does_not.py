@@ -1,4 +1,4 @@
-"""The hazard the runtime rule exists for (DESIGN.md §5, seed 000), on the real kubelet.
+"""The hazard the runtime rule exists for (docs/toolkit.md), on the real kubelet.
 
 A runtime whose trainer pods say `restartPolicy: OnFailure`, created directly (check-runtime,
 which the adapter runs before it creates a TrainJob, refuses it; nothing else stops it): when the

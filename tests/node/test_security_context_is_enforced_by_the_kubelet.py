@@ -29,7 +29,7 @@ import pytest
 from devcluster import local, stack as stack_mod
 from dispatcher import backend, jobspec, settings
 from tests.node import kit
-from toolkit import names, render
+from toolkit import names, render, runtime_check
 
 pytestmark = pytest.mark.cluster
 
@@ -77,7 +77,7 @@ def test_the_rendered_sidecar_runs_non_root_under_the_default_seccomp_profile(
     shipped = render.runtime({
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime", "metadata": {"name": "r"},
         "spec": {"template": {"spec": {"replicatedJobs": [{"name": names.TRAINER_REPLICATED_JOB, "template": {
-            "spec": {"template": {"spec": {"containers": [
+            "metadata": {"labels": runtime_check.TRAINER_STEP_LABELS}, "spec": {"template": {"spec": {"containers": [
                 {"name": "node", "image": kit.BUSYBOX, "command": ["sleep", "600"]}]}}}}}]}}},
     }, sidecar_image=local.SIDECAR_IMAGE)
     pod_spec = shipped["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]

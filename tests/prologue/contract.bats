@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# The prologue contract (DESIGN.md §3), clause by clause, in the shell named
+# The prologue contract (docs/prologue.md), clause by clause, in the shell named
 # by SHELL_NAME. run-shells.sh runs this file once per shell.
 
 setup() {

@@ -1,6 +1,6 @@
 """Property: the real prologue, in every one of the nine shells, either
 refuses (125, one `dispatch: ` line, nothing run) or hands the command
-exactly the epoch and attempt a Python reference of DESIGN.md §2 gives; and
+exactly the epoch and attempt a Python reference of docs/prologue.md gives; and
 no two shells ever disagree on an input.
 
 Inputs are arbitrary environment values (bytes, no NUL: an environment

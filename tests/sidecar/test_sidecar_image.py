@@ -4,7 +4,7 @@ most 30 MB, non-root, read-only root filesystem, against the real apiserver
 (host network), and stopped with SIGTERM (exit 0).
 
 Built and run through the Docker Engine API (the docker SDK against podman's
-Docker-compatible service, DESIGN.md §10; scripts/run-tests.sh sources
+Docker-compatible service, docs/images.md; scripts/run-tests.sh sources
 scripts/podman-service.sh, which sets DOCKER_HOST). The build stage runs on the
 local Python base, localhost/dispatch-base/python (Debian's python3.11 packages
 on the debootstrap minbase), made by scripts/build-images.sh: no registry is

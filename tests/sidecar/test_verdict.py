@@ -1,4 +1,4 @@
-"""The verdict for one pod (pure): every rule of DESIGN.md §7 and the ok case,
+"""The verdict for one pod (pure): every rule of docs/adapter.md and the ok case,
 the Event message and the Event body (the backoff schedule: tests/toolkit/test_core.py)."""
 
 from __future__ import annotations

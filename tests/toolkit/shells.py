@@ -1,4 +1,4 @@
-"""The shells the prologue must behave identically in (DESIGN.md §3), as argv
+"""The shells the prologue must behave identically in (docs/prologue.md), as argv
 prefixes that run `<prefix> -c SCRIPT NAME ARGS...`. A missing shell fails."""
 
 from __future__ import annotations

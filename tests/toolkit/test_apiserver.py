@@ -29,15 +29,27 @@ def test_rendered_runtimes_and_trainjob_are_accepted(api_client: kubernetes.clie
     custom = kubernetes.client.CustomObjectsApi(api_client)
     suffix = uuid.uuid4().hex[:6]
     created: list[str] = []
+    refused: list[str] = []
     try:
         for path in _trainer_runtimes():
             (doc,) = yamlio.load_documents(str(path))
+            steps = runtime_check.trainer_step(doc)
+            if steps:
+                # Trainer's MPI runtimes give spec.trainer to their launcher, not to `node`: refused by
+                # that field, by render and by the check alike.
+                with pytest.raises(render.RenderError) as refusal:
+                    render.runtime(doc, sidecar_image="sidecar:test")
+                assert str(refusal.value) == "; ".join(str(r) for r in steps)
+                assert all(str(r) in map(str, runtime_check.check(doc)) for r in steps)
+                refused.append(doc["metadata"]["name"])
+                continue
             body = render.runtime(doc, sidecar_image="sidecar:test")
             body["metadata"]["name"] = f"{doc['metadata']['name']}-{suffix}"
             got = custom.create_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", body)
             created.append(got["metadata"]["name"])
             # What the apiserver stored (after defaulting) still passes the check.
             assert runtime_check.check(got) == [], path
+        assert f"torch-distributed-{suffix}" in created, (created, refused)
         req = request.from_dict({**yamlio.load_document(str(REPO / "examples" / "start-request.yaml")),
                                  "namespace": namespace,
                                  "runtimeRef": {"name": f"torch-distributed-{suffix}"}})

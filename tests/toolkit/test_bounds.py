@@ -1,4 +1,4 @@
-"""Every bound of §2: refused exactly at the limit, accepted one below, and
+"""Every bound of the identity (toolkit/identity.py): refused exactly at the limit, accepted one below, and
 the error names the value and the bound."""
 
 from __future__ import annotations

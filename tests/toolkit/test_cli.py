@@ -73,7 +73,9 @@ def test_errors_are_one_line(args: list[str], code: int, words: str, tmp_path: p
             "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\nmetadata: {name: r}\n"
             "spec:\n  template:\n    spec:\n      failurePolicy:\n        rules:\n"
             "        - {action: RestartJob, targetReplicatedJobs: 5}\n"
-            "      replicatedJobs:\n      - name: node\n        template:\n          spec:\n            backoffLimit: 0\n"
+            "      replicatedJobs:\n      - name: node\n        template:\n"
+            "          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}\n"
+            "          spec:\n            backoffLimit: 0\n"
             "            template:\n              spec:\n                restartPolicy: Never\n"
             "                containers: [{name: node, image: i}]\n"
         ),
@@ -120,6 +122,7 @@ def test_render_runtime_then_check_runtime(tmp_path: pathlib.Path, monkeypatch: 
     pathlib.Path("rt.yaml").write_text(
         "apiVersion: trainer.kubeflow.org/v1alpha1\nkind: ClusterTrainingRuntime\nmetadata: {name: r}\n"
         "spec:\n  template:\n    spec:\n      replicatedJobs:\n      - name: node\n        template:\n"
+        "          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}\n"
         "          spec:\n            template:\n              spec:\n                containers: [{name: node, image: i}]\n"
     )
     r = runner.invoke(cli.root, ["check-runtime", "rt.yaml"])

@@ -1,4 +1,4 @@
-"""wrap and render: the command and env of §4, the runtime helper of §5, and
+"""wrap and render: the command and env of the trainer, the runtime helper, and
 Trainer v2.3.0's own runtimes (from its Go module) before and after."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -105,10 +106,18 @@ def test_shipped_runtimes_are_refused_then_accepted_after_render(trainer_runtime
         (doc,) = yamlio.load_documents(str(path))
         assert doc["kind"] == "ClusterTrainingRuntime"
         refusals = [str(r) for r in runtime_check.check(doc)]
-        assert refusals == [
+        steps = [str(r) for r in runtime_check.trainer_step(doc)]
+        assert refusals == [*steps,
             "spec.template.spec.replicatedJobs[node].template.spec.template.spec.restartPolicy: must be Never, found absent",
             "spec.template.spec.replicatedJobs[node].template.spec.backoffLimit: must be 0, found absent",
         ], path
+        if steps:
+            # An MPI runtime gives spec.trainer to its launcher: `node` would run without the
+            # prologue. Refused by render too, by that field.
+            assert any("replicatedJobs[launcher]" in s for s in steps) and any("replicatedJobs[node]" in s for s in steps)
+            with pytest.raises(render.RenderError, match="must be trainer"):
+                render.runtime(doc, sidecar_image="sidecar:test")
+            continue
         before = copy.deepcopy(doc)
         rendered = render.runtime(doc, sidecar_image="sidecar:test")
         assert doc == before, "render must not modify its input"
@@ -125,7 +134,9 @@ def test_sidecar_contract() -> None:
     c = render.sidecar_container(image="img:1")
     assert c["image"] == "img:1" and c["restartPolicy"] == "Always"
     assert c["volumeMounts"] == [{"name": names.PODINFO_VOLUME, "mountPath": "/etc/dispatch/podinfo", "readOnly": True},
-                                 {"name": names.SIDECAR_STATE_VOLUME, "mountPath": "/run/dispatch-sidecar"}]
+                                 {"name": names.SIDECAR_STATE_VOLUME, "mountPath": "/run/dispatch-sidecar"},
+                                 {"name": names.SIDECAR_TOKEN_VOLUME,
+                                  "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}]
     # The trainer waits for the sidecar's first check (its mark file), never for a verdict.
     assert c["startupProbe"]["exec"]["command"] == ["python3", "-S", "-m", "sidecar", "--started"]
     assert {"name": "DISPATCH_SIDECAR_STARTED_FILE", "value": "/run/dispatch-sidecar/started"} in c["env"]
@@ -140,7 +151,8 @@ def _runtime(**node_job: object) -> dict[str, object]:
     base = render.runtime({
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime", "metadata": {"name": "r"},
         "spec": {"template": {"spec": {"replicatedJobs": [
-            {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node", "image": "i"}]}}}}},
+            {"name": "node", "template": {"metadata": {"labels": runtime_check.TRAINER_STEP_LABELS},
+                                          "spec": {"template": {"spec": {"containers": [{"name": "node", "image": "i"}]}}}}},
         ]}}},
     }, sidecar_image="sidecar:test")
     return base
@@ -196,3 +208,46 @@ def test_not_a_runtime() -> None:
         doc = _runtime()
         doc["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["serviceAccountName"] = "other"  # type: ignore[index]
         render.runtime(doc, sidecar_image="sidecar:test")
+
+
+def test_a_runtime_whose_trainer_step_is_not_node_is_refused_by_field_by_render_and_check() -> None:
+    """Trainer gives the TrainJob's command, the prologue and its env only to the replicated job
+    labelled trainjob-ancestor-step=trainer: without that label on `node` (or with it on another
+    job) the pods run the image's own command, with no DISPATCH_EPOCH."""
+    field = "spec.template.spec.replicatedJobs[{}].template.metadata.labels[trainer.kubeflow.org/trainjob-ancestor-step]"
+    rendered = _runtime()
+    unlabelled = copy.deepcopy(rendered)
+    del unlabelled["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["metadata"]
+    assert [str(r) for r in runtime_check.check(unlabelled)] == [
+        f"{field.format('node')}: must be trainer: Trainer gives the TrainJob's command, the prologue and its env "
+        "only to the replicated job so labelled, found absent"]
+    with pytest.raises(render.RenderError, match=re.escape(field.format("node"))):
+        render.runtime(unlabelled, sidecar_image="sidecar:test")
+    other = copy.deepcopy(rendered)
+    other["spec"]["template"]["spec"]["replicatedJobs"].append(
+        {"name": "launcher", "template": {"metadata": {"labels": runtime_check.TRAINER_STEP_LABELS}}})
+    assert [r.path for r in runtime_check.check(other)] == [field.format("launcher")]
+    with pytest.raises(render.RenderError, match=re.escape(field.format("launcher"))):
+        render.runtime(other, sidecar_image="sidecar:test")
+
+
+def test_only_the_sidecar_mounts_the_service_account_token() -> None:
+    """No automount on the pod: the sidecar's projected token goes into the sidecar alone, and a
+    projected token the runtime mounts for its own trainer (cloud credentials) is left as it is."""
+    own = {"name": "cloud-token", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "audience": "sts.example", "expirationSeconds": 3600}}]}}
+    doc = _runtime()
+    pod = doc["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["volumes"].append(own)
+    pod["containers"][0]["volumeMounts"] = [{"name": "cloud-token", "mountPath": "/var/run/secrets/cloud"}]
+    rendered = render.runtime(doc, sidecar_image="sidecar:test")
+    pod = rendered["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["cloud-token"] == own
+    sources = volumes[names.SIDECAR_TOKEN_VOLUME]["projected"]["sources"]
+    assert [next(iter(s)) for s in sources] == ["serviceAccountToken", "configMap", "downwardAPI"]
+    mounting = {c["name"] for c in [*pod["containers"], *pod["initContainers"]]
+                if any(m["name"] == names.SIDECAR_TOKEN_VOLUME for m in c.get("volumeMounts") or [])}
+    assert mounting == {names.SIDECAR_CONTAINER}
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "cloud-token", "mountPath": "/var/run/secrets/cloud"}]
