@@ -57,11 +57,11 @@ def local_image(binary: pathlib.Path) -> str:
     """The podman image of BINARY (built once per binary: the tag carries its hash)."""
     digest = hashlib.sha256(binary.read_bytes()).hexdigest()[:12]
     tag = f"localhost/dispatch-base/coredns:{VERSION}-{digest}"
-    if images._podman("image", "exists", tag).returncode == 0:
+    if images.podman("image", "exists", tag).returncode == 0:
         return tag
     with tempfile.TemporaryDirectory(prefix="dispatch-coredns-") as context:
         shutil.copy(binary, pathlib.Path(context) / "coredns")
-        done = images._podman("build", "-q", "--isolation", "chroot", "-f", str(HERE / "coredns.Containerfile"),
+        done = images.podman("build", "-q", "--isolation", "chroot", "-f", str(HERE / "coredns.Containerfile"),
                               "-t", tag, context, timeout=300)
     if done.returncode != 0:
         raise harness.HarnessError(f"podman build of the CoreDNS image exited {done.returncode}: "

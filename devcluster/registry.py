@@ -240,7 +240,7 @@ class Registry:
             raise RegistryError(f"tag {tag!r} is not a valid OCI tag ([A-Za-z0-9_][A-Za-z0-9_.-], at most 128)")
         digestfile = self.dir / f"push-{secrets.token_hex(6)}.digest"
         try:
-            done = images._podman("push", "--quiet", "--authfile", str(self.authfile), "--cert-dir", str(self.cert_dir),
+            done = images.podman("push", "--quiet", "--authfile", str(self.authfile), "--cert-dir", str(self.cert_dir),
                                   "--digestfile", str(digestfile), local_image,
                                   f"docker://{self.endpoint}/{repository}:{tag}", timeout=PUSH_TIMEOUT_SECONDS)
             if done.returncode != 0:
