@@ -53,8 +53,11 @@ import zipfile
 # is the codec of the file its startupProbe waits for; email.utils is imported by toolkit.backoff for
 # a Retry-After that is an HTTP date (rare: the apiserver sends seconds).
 # encodings.cp437 is the codec zipfile reads a member's name with (importlib.metadata reads the zip
-# archive on sys.path that way, zip_pure_packages).
-EXTRA = ("runpy", "encodings.ascii", "encodings.idna", "encodings.latin_1", "encodings.cp437", "email.utils")
+# archive on sys.path that way, zip_pure_packages). _strptime is what datetime.strptime imports at
+# its first call, which no import statement names: the Kubernetes client's leader election parses
+# the Lease's times with it.
+EXTRA = ("runpy", "encodings.ascii", "encodings.idna", "encodings.latin_1", "encodings.cp437", "email.utils",
+         "_strptime")
 ROOTS = {
     "sidecar": ("runpy", "sidecar", "sidecar.main", "encodings.ascii", "email.utils"),
     # The standard-library modules cryptography's modules import that nothing else loads (its
