@@ -29,6 +29,8 @@ the pool (a run's own Job and Secret stay in order), and a run offered twice
 at once cannot get two Jobs (`stages.create`). Reaps that are due go out
 together (`stages.reap`: one label-scoped, paged list per batch).
 SIGTERM stops claiming; the loop waits for the work in hand, then returns 0.
+Each turn of the loop beats the heartbeat (`heartbeat`, when TCAB_DISPATCHER_HEARTBEAT_FILE is
+set): the liveness probe (`alive`) reads its age, since there is no socket to ask.
 `run(max_ticks=...)` bounds the loop for tests.
 """
 
@@ -45,7 +47,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dispatcher import backend, jobspec, ledger, logs, settings
+from dispatcher import backend, heartbeat, jobspec, ledger, logs, settings
 from dispatcher.stages import check, claim, reap, report, task
 from toolkit import informer, kube, paths
 
@@ -75,6 +77,7 @@ class Dispatcher:
         self.dispatched = 0
         self.claims = claim.Claims(workers=config.workers)
         self.starts = check.StartCheck(config.driver_start_deadline)
+        self.heartbeat = heartbeat.Heartbeat(config.heartbeat_file) if config.heartbeat_file else None
         self.informer = informer.Informer(
             client, paths.JOB, namespace=config.namespace, label_selector=jobspec.selector(), stop=self.watch_stop,
             handler=lambda kind, obj: self.inbox.put(("event", kind, obj)),
@@ -94,6 +97,8 @@ class Dispatcher:
         try:
             while max_ticks is None or ticks < max_ticks:
                 ticks += 1
+                if self.heartbeat is not None:
+                    self.heartbeat.beat(time.monotonic())
                 self._drain(timeout=self._wait())
                 if self.stopping.is_set():
                     if self.in_hand == 0:

@@ -55,6 +55,9 @@ VARIABLES: tuple[tuple[str, str | None, str], ...] = (
     ("TCAB_DISPATCHER_LOG_TAIL_LINES", "100", "Lines of the dead driver pod's log put in a death report (0..10000)."),
     ("TCAB_DISPATCHER_WORKERS", "8", "Threads that create Jobs, send reports and reap (1..256)."),
     ("TCAB_DISPATCHER_LOG_LEVEL", "info", "debug, info, warning or error."),
+    ("TCAB_DISPATCHER_HEARTBEAT_FILE", "no heartbeat",
+     "Absolute path of a file the loop touches about once a second, in an existing directory (an emptyDir: the "
+     "root filesystem is read-only); `python -m dispatcher.alive --max-age SECONDS FILE` is the liveness probe on it."),
     ("TCAB_K8S_NAMESPACE", "TCAB_DISPATCHER_NAMESPACE",
      "The driver's sandbox namespace; passed through, and reaped in as well."),
     ("TCAB_K8S_*", "", "Every such variable is passed through to the driver unchanged."),
@@ -91,6 +94,7 @@ class Settings:
     log_tail_lines: int = 100
     workers: int = 8
     log_level: str = "info"
+    heartbeat_file: str = ""  # "" = no heartbeat
     sandbox_namespace: str = "default"
     # (name, value) pairs of TCAB_K8S_* and TCAB_CONTAINER_*, sorted by name.
     passthrough: tuple[tuple[str, str], ...] = ()
@@ -171,6 +175,19 @@ def _url(env: Mapping[str, str], name: str) -> str:
     return raw.rstrip("/")
 
 
+def _heartbeat_file(env: Mapping[str, str], name: str) -> str:
+    """An absolute path whose directory exists (a typo fails here, not as a liveness restart loop)."""
+    raw = envparse.get(env, name)
+    if raw is None:
+        return ""
+    path = pathlib.PurePosixPath(raw)
+    if not path.is_absolute() or "\0" in raw or raw.endswith("/") or path.name in ("", ".", ".."):
+        raise SettingsError(f"{name}={raw!r} is not an absolute path of a file")
+    if not pathlib.Path(path.parent).is_dir():
+        raise SettingsError(f"{name}={raw!r} is in {str(path.parent)!r}, which is not an existing directory")
+    return raw
+
+
 def _default_namespace() -> str:
     try:
         return IN_CLUSTER_NAMESPACE_FILE.read_text().strip() or "default"
@@ -214,6 +231,7 @@ def from_env(env: Mapping[str, str]) -> Settings:
         log_tail_lines=_int(env, "TCAB_DISPATCHER_LOG_TAIL_LINES", 100, low=0, high=10_000),
         workers=_int(env, "TCAB_DISPATCHER_WORKERS", 8, low=1, high=256),
         log_level=level,
+        heartbeat_file=_heartbeat_file(env, "TCAB_DISPATCHER_HEARTBEAT_FILE"),
         sandbox_namespace=_dns_label(env, names.ENV_SANDBOX_NAMESPACE, "") or namespace,
         passthrough=passthrough,
         kubeconfig=envparse.get(env, "KUBECONFIG") or "",

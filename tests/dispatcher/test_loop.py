@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
+import pathlib
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from dispatcher import app, backend, jobspec, settings
+from dispatcher import app, backend, heartbeat, jobspec, settings
 from dispatcher.stages import create, task
 from tests.dispatcher import fakekube
 from tests.refbackend import proc
@@ -36,10 +40,10 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(task, "RETRY_CAP", 0.01)
 
 
-def config_for(ref: proc.Backend) -> settings.Settings:
+def config_for(ref: proc.Backend, **extra: str) -> settings.Settings:
     return settings.from_env({"TCAB_BACKEND_URL": ref.url, "TCAB_BACKEND_SERVICE_TOKEN": ref.token,
                               "TCAB_DISPATCHER_DRIVER_IMAGE": "driver:1", "TCAB_DISPATCHER_NAMESPACE": NS,
-                              "TCAB_DISPATCHER_POLL_INTERVAL": "0.05"})
+                              "TCAB_DISPATCHER_POLL_INTERVAL": "0.05", **extra})
 
 
 def drive(d: app.Dispatcher, until: Callable[[], bool], *, timeout: float = 20.0) -> None:
@@ -58,9 +62,9 @@ def drive(d: app.Dispatcher, until: Callable[[], bool], *, timeout: float = 20.0
     assert not loop.is_alive()
 
 
-def dispatcher(ref: proc.Backend, fake: fakekube.FakeClient) -> tuple[app.Dispatcher, backend.Backend]:
+def dispatcher(ref: proc.Backend, fake: fakekube.FakeClient, **extra: str) -> tuple[app.Dispatcher, backend.Backend]:
     api = backend.Backend(url=ref.url, service_token=ref.token, timeout=5)
-    return app.Dispatcher(config_for(ref), client=fake, api=api), api  # type: ignore[arg-type]
+    return app.Dispatcher(config_for(ref, **extra), client=fake, api=api), api  # type: ignore[arg-type]
 
 
 def calls(fake: fakekube.FakeClient, method: str, plural: str) -> int:
@@ -263,3 +267,47 @@ def test_a_token_read_back_from_its_secret_is_recorded_by_the_loop_not_by_a_work
         api.close()
     assert len(ref.get(run["id"])["reports"]) == 1, "reported with the token read back from the Secret"
     assert d.tokens.writers == set(loop_threads), f"written from {sorted(d.tokens.writers)}"
+
+
+def test_the_loop_keeps_its_heartbeat_fresh_touching_it_about_once_a_second_and_the_probe_passes(
+        ref: proc.Backend, tmp_path: pathlib.Path) -> None:
+    """Each time the loop touches the file it is set back an hour; it must come back fresh, again and
+    again (the loop keeps beating while idle, claiming every 0.05 s), but not more often than
+    heartbeat.EVERY: the loop turns twenty times a second here, and the file is touched once."""
+    beat = tmp_path / "alive"
+    stale = time.time() - 3600
+    seen: list[float] = []
+
+    def refreshed_three_times() -> bool:
+        if beat.exists() and beat.stat().st_mtime > stale + 1800:
+            seen.append(time.monotonic())
+            if len(seen) < 3:
+                os.utime(beat, (stale, stale))
+        return len(seen) >= 3
+
+    d, api = dispatcher(ref, fakekube.FakeClient(), TCAB_DISPATCHER_HEARTBEAT_FILE=str(beat))
+    try:
+        drive(d, refreshed_three_times)
+    finally:
+        api.close()
+    gaps = [b - a for a, b in zip(seen, seen[1:])]
+    assert all(heartbeat.EVERY * 0.5 <= gap <= 10 for gap in gaps), gaps
+    done = subprocess.run([sys.executable, "-m", "dispatcher.alive", "--max-age", "30", str(beat)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_a_heartbeat_that_cannot_be_written_is_one_error_line_until_it_can(
+        tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "beats"
+    beat = heartbeat.Heartbeat(str(folder / "alive"))
+    with caplog.at_level(logging.INFO, logger="dispatcher"):
+        for now in (0.0, 1.0, 2.0):  # the directory is missing: the touch fails each time, said once
+            beat.beat(now)
+        folder.mkdir()
+        beat.beat(2.5)  # within EVERY of the last try: not tried
+        assert not (folder / "alive").exists()
+        beat.beat(3.0)
+    assert (folder / "alive").exists()
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said == [("ERROR", "heartbeat not written"), ("INFO", "heartbeat written again")]

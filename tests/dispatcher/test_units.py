@@ -21,6 +21,23 @@ def test_defaults_when_only_the_required_values_are_set() -> None:
     assert (s.max_inflight, s.cpu_request, s.memory_request, s.job_ttl_seconds) == (16, "100m", "256Mi", 3600)
     assert (s.namespace, s.sandbox_namespace, s.poll_interval) == ("runs", "runs", 2.0)
     assert "s3cret" not in repr(s)
+    assert s.heartbeat_file == ""  # no heartbeat unless asked for
+
+
+def test_the_heartbeat_file_is_an_absolute_path_in_an_existing_directory(tmp_path: pathlib.Path) -> None:
+    given = str(tmp_path / "alive")
+    assert settings.from_env({**REQUIRED, "TCAB_DISPATCHER_HEARTBEAT_FILE": given}).heartbeat_file == given
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("alive", "is not an absolute path of a file"), ("/tmp/", "is not an absolute path of a file"),
+    ("/tmp/..", "is not an absolute path of a file"),
+    ("/no/such/dir/alive", "is in '/no/such/dir', which is not an existing directory"),
+])
+def test_a_bad_heartbeat_file_is_one_line_naming_the_variable(value: str, says: str) -> None:
+    with pytest.raises(settings.SettingsError) as e:
+        settings.from_env({**REQUIRED, "TCAB_DISPATCHER_HEARTBEAT_FILE": value})
+    assert str(e.value) == f"TCAB_DISPATCHER_HEARTBEAT_FILE={value!r} {says}"
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED))
