@@ -104,3 +104,24 @@ def test_every_image_is_a_source_reference_the_release_pins() -> None:
     named = [i for part in PARTS for i in images_named(documents(part))]
     assert sorted(set(named)) == ["dispatch/controller:unreleased", "dispatch/dispatcher:unreleased",
                                   "dispatch/test-driver:unreleased"], named
+
+
+def dispatcher_liveness() -> tuple[list[str], str, dict[str, Any]]:
+    """The dispatcher's exec liveness command, its TCAB_DISPATCHER_HEARTBEAT_FILE, and its pod spec."""
+    (deployment,) = [d for d in documents("dispatcher") if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    return container["livenessProbe"]["exec"]["command"], env["TCAB_DISPATCHER_HEARTBEAT_FILE"], pod
+
+
+def test_the_dispatcher_s_liveness_probe_reads_the_heartbeat_it_keeps_on_an_emptydir() -> None:
+    """The probe runs dispatcher.alive as the image's entry point runs the dispatcher, on the very file
+    the loop touches; that file is on a mounted emptyDir (the root filesystem stays read-only)."""
+    command, heartbeat, pod = dispatcher_liveness()
+    assert command[:6] == ["/usr/bin/python3.11", "-S", "-E", "-B", "-m", "dispatcher.alive"]
+    assert command[6:] == ["--max-age", command[7], heartbeat] and float(command[7]) >= 10
+    (container,) = pod["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if heartbeat.startswith(m["mountPath"].rstrip("/") + "/")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" in volume and not mount.get("readOnly", False)

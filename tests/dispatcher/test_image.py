@@ -1,7 +1,8 @@
 """The dispatcher image, built on the local Python base into a minimal root
 (images/mkroot.py: no shell) and run as a container through the Docker Engine
 API (tests/containers.py): non-root, a read-only root filesystem, every module
-it carries imports, at most 40 MB, and a missing setting is one line and exit 2."""
+it carries imports, at most 40 MB, a missing setting is one line and exit 2, and the Deployment's
+liveness command (dispatcher.alive on the heartbeat file) runs in it as the kubelet would exec it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 
 import docker
 import pytest
+import yaml
 
 from devcluster import images
 from tests import containers
@@ -19,6 +21,7 @@ pytestmark = pytest.mark.images
 REPO = pathlib.Path(__file__).resolve().parents[2]
 IMAGE = "localhost/dispatch/dispatcher:test"
 CONTAINERFILE = REPO / "images" / "dispatcher.Containerfile"
+DEPLOYMENT = REPO / "deployments" / "k8s" / "base" / "dispatcher" / "deployment.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +59,22 @@ def test_every_module_the_image_carries_imports_and_it_has_no_shell(client: dock
     assert failures == [] and carried > 1000, (carried, failures)
     containers.assert_no_shell(client, image)
     assert images.size_bytes(image) <= 40_000_000, images.size_bytes(image)  # the target (docs/benchmarks.md)
+
+
+def test_the_deployment_s_liveness_command_runs_in_the_image_on_the_heartbeat(
+        client: docker.DockerClient, image: str, tmp_path: pathlib.Path) -> None:
+    """The exact exec command of the shipped livenessProbe, in the image (no shell), with a directory
+    mounted where the heartbeat is: 1 and one line while the file is missing, 0 once it is fresh."""
+    deployment = yaml.safe_load(DEPLOYMENT.read_text())
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["exec"]["command"]
+    heartbeat = pathlib.PurePosixPath(command[-1])
+    beats = tmp_path / "beats"
+    beats.mkdir(mode=0o755)
+    run = {"entrypoint": command[:1], "network_mode": "none", "read_only": True,
+           "volumes": {str(beats): {"bind": str(heartbeat.parent), "mode": "ro"}}}
+    missing = containers.run_to_end(client, image, command[1:], **run)
+    assert (missing.exit_code, missing.stdout) == (1, b"")
+    assert missing.stderr == f"dispatcher.alive: heartbeat {heartbeat} does not exist\n".encode()
+    (beats / heartbeat.name).touch(mode=0o644)
+    fresh = containers.run_to_end(client, image, command[1:], **run)
+    assert (fresh.exit_code, fresh.stdout, fresh.stderr) == (0, b"", b"")
