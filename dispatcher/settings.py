@@ -185,6 +185,8 @@ def _heartbeat_file(env: Mapping[str, str], name: str) -> str:
         raise SettingsError(f"{name}={raw!r} is not an absolute path of a file")
     if not pathlib.Path(path.parent).is_dir():
         raise SettingsError(f"{name}={raw!r} is in {str(path.parent)!r}, which is not an existing directory")
+    if pathlib.Path(path).is_dir():
+        raise SettingsError(f"{name}={raw!r} is a directory, not a file")
     return raw
 
 

@@ -33,6 +33,7 @@ def test_the_heartbeat_file_is_an_absolute_path_in_an_existing_directory(tmp_pat
     ("alive", "is not an absolute path of a file"), ("/tmp/", "is not an absolute path of a file"),
     ("/tmp/..", "is not an absolute path of a file"),
     ("/no/such/dir/alive", "is in '/no/such/dir', which is not an existing directory"),
+    ("/tmp", "is a directory, not a file"), ("/tmp/.", "is a directory, not a file"),
 ])
 def test_a_bad_heartbeat_file_is_one_line_naming_the_variable(value: str, says: str) -> None:
     with pytest.raises(settings.SettingsError) as e:
