@@ -90,7 +90,7 @@ def test_a_pod_with_the_rendered_sidecar_is_admitted_under_the_restricted_pod_se
         "seccompProfile": {"type": "RuntimeDefault"}}}
     sidecar = render.sidecar_container(image="img:1")
     pod = {"initContainers": [sidecar], "containers": [trainer],
-           "volumes": [render.podinfo_volume(), render.sidecar_state_volume()]}
+           "volumes": [render.podinfo_volume(), render.sidecar_state_volume(), render.sidecar_token_volume()]}
     assert podsecurity.admit(api_client, namespace, pod) is None
     loose = {**pod, "initContainers": [{**sidecar, "securityContext": {**sidecar["securityContext"],
                                                                        "capabilities": {}}}]}
