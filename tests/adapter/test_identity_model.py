@@ -449,7 +449,10 @@ class Identity(stateful.RuleBasedStateMachine):
         self._check(every=False)
 
 
-Identity.TestCase.settings = hypothesis.settings(max_examples=100, stateful_step_count=30, deadline=None)
+# too_slow: on a busy 2-core machine the generation of 30-step runs can cross hypothesis's time
+# budget for generating data; what the search checks is the same either way.
+Identity.TestCase.settings = hypothesis.settings(max_examples=100, stateful_step_count=30, deadline=None,
+                                                 suppress_health_check=[hypothesis.HealthCheck.too_slow])
 TestIdentity = Identity.TestCase
 
 
