@@ -319,6 +319,7 @@ class _Process:
         self.argv = argv
         self.log_path = log_dir / f"{name}.log"
         self.popen: subprocess.Popen[bytes] | None = None
+        self.group: procs.Group | None = None  # the group of the last start, kept after stop()
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
@@ -326,6 +327,7 @@ class _Process:
             log.flush()
             self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True)
+        self.group = procs.record(self.popen.pid)
 
     def check_alive(self) -> None:
         if self.popen is not None and self.popen.poll() is not None:
@@ -714,6 +716,10 @@ class ControlPlane:
     def pids(self) -> dict[str, int]:
         return {name: p.popen.pid for name, p in self._procs.items() if p.popen is not None}
 
+    def groups(self) -> dict[str, procs.Group]:
+        """Each running component's process group with its leader's identity."""
+        return {name: p.group for name, p in self._procs.items() if p.popen is not None and p.group is not None}
+
 
 def _mint_kubeconfig(plane: ControlPlane | ExistingCluster, *, namespace: str, service_account: str,
                      expiration_seconds: int) -> str:
@@ -805,7 +811,7 @@ def _up() -> int:
     shutil.rmtree(STATE_DIR, ignore_errors=True)
     plane = ControlPlane(workdir=STATE_DIR, detach=True)
     plane.start()
-    groups = {name: {"pgid": pid, "id": procs.identity(pid) or ""} for name, pid in plane.pids().items()}
+    groups = {name: group._asdict() for name, group in plane.groups().items()}
     (STATE_DIR / "pids.json").write_text(json.dumps(groups))
     print(f"logs in {plane.log_dir}; stop with `make cluster-down`", file=sys.stderr)
     print(f"export KUBECONFIG={plane.kubeconfig}")

@@ -208,8 +208,8 @@ def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
     (state / "bin").mkdir(exist_ok=True)
     (state / "bin" / KUBECTL).symlink_to(harness.binary(KUBECTL, running.plane.bin_dir))
     assert running.node is not None
-    pids = {**running.plane.pids(), **dict(running.started), **dict(running.node.started)}
-    groups = {name: {"pgid": pgid, "id": procs.identity(pgid) or ""} for name, pgid in pids.items()}
+    recorded = {**running.plane.groups(), **dict(running.started), **dict(running.node.started)}
+    groups = {name: group._asdict() for name, group in recorded.items()}
     tmp = state / "pids.json.tmp"
     tmp.write_text(json.dumps(groups))
     tmp.replace(state / "pids.json")

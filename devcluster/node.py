@@ -218,12 +218,12 @@ def _write_record(record: dict[str, Any]) -> None:
     tmp.replace(HOST_RECORD)
 
 
-def record_group(name: str, pgid: int) -> None:
+def record_group(name: str, group: procs.Group) -> None:
     """Add a started process group to the host record, for the sweep to kill (a node component,
     or a service of the cluster the node runs beside, such as its registry)."""
     record = _read_record()
-    record.setdefault("groups", {})[name] = pgid
-    record.setdefault("group_ids", {})[name] = procs.identity(pgid) or ""
+    record.setdefault("groups", {})[name] = group.pgid
+    record.setdefault("group_ids", {})[name] = group.id
     _write_record(record)
 
 
@@ -532,7 +532,7 @@ class Node:
         self.pod_logs = VAR_DIR / "pod-logs"
         self.config_dir = RUN_DIR / "config"
         self._procs: dict[str, harness._Process] = {}
-        self.started: list[tuple[str, int]] = []
+        self.started: list[tuple[str, procs.Group]] = []
 
     # -- lifecycle -------------------------------------------------------
 
@@ -587,9 +587,9 @@ class Node:
     # -- pieces ------------------------------------------------------------
 
     def _record_group(self, name: str, proc: harness._Process) -> None:
-        assert proc.popen is not None
-        self.started.append((name, proc.popen.pid))
-        record_group(name, proc.popen.pid)
+        assert proc.group is not None
+        self.started.append((name, proc.group))
+        record_group(name, proc.group)
 
     def _adopt(self, name: str, proc: harness._Process) -> None:
         """A process started elsewhere (the registry), stopped, checked and swept with the node's."""

@@ -5,7 +5,10 @@ a number: once the group is gone, the kernel may hand the same number to any new
 host with `kernel.pid_max` 32768 that happens within hours). So a group is recorded together with
 its leader's identity, `<boot id>/<start time>`: the kernel's boot id and the leader's start time
 in clock ticks since boot (field 22 of /proc/PID/stat), which no two processes of one boot share
-under one pid.
+under one pid. The start time counts clock ticks (10 ms at the usual 100 Hz): a number freed and
+given out again within one tick would pass for the same process. The kernel hands numbers out in
+order, so a reuse needs `kernel.pid_max` numbers taken in between, which a host does not do in
+10 ms.
 
 Invariant: a group is signalled only when it is still the one recorded, that is when
 
@@ -23,6 +26,7 @@ import os
 import pathlib
 import signal
 import time
+from typing import NamedTuple
 
 
 def _boot_id() -> str:
@@ -44,6 +48,18 @@ def identity(pid: int) -> str | None:
     if fields is None:
         return None
     return f"{_boot_id()}/{fields[19]}"  # field 22 (starttime); fields[0] is field 3 (state)
+
+
+class Group(NamedTuple):
+    """A process group as started: its id and its leader's identity (`identity`)."""
+
+    pgid: int
+    id: str
+
+
+def record(pid: int) -> Group:
+    """The group PID leads (a process started in a session of its own), as recorded at its start."""
+    return Group(pid, identity(pid) or "")
 
 
 def _members(pgid: int) -> list[int]:

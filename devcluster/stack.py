@@ -44,12 +44,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from typing import Any
 
 import kubernetes.client
 import yaml
 
-from devcluster import harness
+from devcluster import harness, procs
 
 HERE = pathlib.Path(__file__).resolve().parent
 READY_TIMEOUT_SECONDS = 120.0
@@ -150,7 +151,7 @@ class Stack:
         self._procs: dict[str, harness._Process] = {}
         self._health: dict[str, int] = {}  # name -> its readyz port, for a restart's wait
         self._metrics: dict[str, int] = {}  # name -> its /metrics port (HTTPS, a token needed: devcluster.metrics)
-        self.started: list[tuple[str, int]] = []  # (name, process group id), kept after stop()
+        self.started: list[tuple[str, procs.Group]] = []  # every start of every component, kept after stop()
         self._webhooks: list[dict[str, Any]] = []
         self.cert_dir = self.workdir / "webhook-certs"
         self.ca_bundle = ""
@@ -242,8 +243,8 @@ class Stack:
         if proc.popen is not None:
             raise harness.HarnessError(f"{name} is already running")
         proc.start()
-        assert proc.popen is not None
-        self.started.append((name, proc.popen.pid))
+        assert proc.group is not None
+        self.started.append((name, proc.group))
         if wait and name in self._health:
             self._wait_ready(name, self._health[name])
 
@@ -322,8 +323,8 @@ class Stack:
         proc = _EnvProcess(name, argv, pathlib.Path(self.plane.log_dir), env=env)
         self._procs[name] = proc
         proc.start()
-        assert proc.popen is not None
-        self.started.append((name, proc.popen.pid))  # its own session: the group id is its pid
+        assert proc.group is not None
+        self.started.append((name, proc.group))
         return proc
 
     def _wait_ready(self, name: str, health_port: int) -> None:
@@ -509,27 +510,16 @@ class Stack:
         raise harness.HarnessError(f"kwok did not make node {name} Ready in {timeout}s\n{self._procs['kwok'].tail()}")
 
 
-def still_running(groups: list[tuple[str, int]]) -> list[str]:
-    """Which of these process groups still has a live process (signal 0)."""
-    alive = []
-    for name, pgid in groups:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            continue
-        except PermissionError:  # exists, though not ours to signal: still alive
-            pass
-        alive.append(f"{name} (process group {pgid})")
-    return alive
+def still_running(groups: Iterable[tuple[str, procs.Group]]) -> list[str]:
+    """Which of these process groups still has a live process, each only while it is the one recorded
+    (devcluster/procs.py: a number alone may name someone else's group by now)."""
+    return [f"{name} (process group {group.pgid})" for name, group in groups if procs.is_ours(*group)]
 
 
-def clean_up(groups: list[tuple[str, int]]) -> None:
-    """SIGKILL the groups."""
-    for _, pgid in groups:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+def clean_up(groups: Iterable[tuple[str, procs.Group]]) -> None:
+    """SIGKILL each group that is still the one recorded."""
+    for _, group in groups:
+        procs.signal_group(group.pgid, group.id, signal.SIGKILL)
 
 
 def _kueue_wants(hook: dict[str, Any]) -> bool:

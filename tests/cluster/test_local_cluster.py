@@ -18,7 +18,7 @@ import kubernetes.client
 import kubernetes.config
 import pytest
 
-from devcluster import node, stack as stack_mod
+from devcluster import node, procs, stack as stack_mod
 
 pytestmark = pytest.mark.cluster
 
@@ -83,7 +83,7 @@ def test_up_status_down_a_whole_local_cluster(tmp_path: pathlib.Path) -> None:
     finally:
         stopped = cluster("down", env=env)
     assert stopped.returncode == 0 and "cluster down" in stopped.stderr
-    assert stack_mod.still_running(list(groups.items())) == []
+    assert stack_mod.still_running((name, procs.Group(g["pgid"], g["id"])) for name, g in groups.items()) == []
     after = cluster("status", env=env)
     assert after.returncode == 1 and "no cluster is up" in after.stderr
 

@@ -28,12 +28,12 @@ import pytest
 
 from controller import admission
 from devcluster import harness, local, node as node_mod, scenario
-from devcluster import stack as stack_mod
+from devcluster import procs, stack as stack_mod
 
 
 _live: list[stack_mod.Stack] = []
 # (name, process group id) of every process the e2e planes and stacks started.
-_started: list[tuple[str, int]] = []
+_started: list[tuple[str, procs.Group]] = []
 
 
 def _quiet_host(*, sweep: bool = False) -> dict[str, object]:
@@ -67,7 +67,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
     """A module sets E2E_KUEUE = True to run Kueue and our controller too."""
     kueue = bool(getattr(request.module, "E2E_KUEUE", False))
     running = local.start(kueue=kueue)  # stops what it started if it fails
-    _started.extend(running.plane.pids().items())
+    _started.extend(running.plane.groups().items())
     _live.append(running)
     try:
         yield running

@@ -17,7 +17,7 @@ import pytest
 
 from controller import admission
 from devcluster import harness, local, scenario
-from devcluster import stack as stack_mod
+from devcluster import procs, stack as stack_mod
 
 
 _live: list[stack_mod.Stack] = []
@@ -27,11 +27,11 @@ _live: list[stack_mod.Stack] = []
 def stack() -> Iterator[stack_mod.Stack]:
     running = local.start(kueue=True)  # stops what it started if it fails
     _live.append(running)
-    groups: list[tuple[str, int]] = list(running.plane.pids().items())
+    groups: list[tuple[str, procs.Group]] = list(running.plane.groups().items())
     try:
         yield running
     finally:
-        groups.extend(running.plane.pids().items())  # components a fault restarted
+        groups.extend(running.plane.groups().items())  # components a fault restarted
         groups.extend(running.started)  # every start of every controller, restarts included
         if running.node is not None:
             groups.extend(running.node.started)

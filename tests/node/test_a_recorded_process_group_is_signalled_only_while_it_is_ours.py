@@ -33,6 +33,7 @@ recorded = procs.identity(first.pid)
 assert recorded and procs.is_ours(first.pid, recorded)
 first.kill(); first.wait()
 assert not procs.is_ours(first.pid, recorded)
+time.sleep(0.05)  # start times count clock ticks (10 ms): the reuse below happens in a later one
 assert not procs.signal_group(first.pid, recorded, signal.SIGKILL)
 
 # The same number, given to a new group leader.

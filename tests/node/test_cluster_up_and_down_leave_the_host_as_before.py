@@ -19,8 +19,8 @@ After a crash (every recorded process group SIGKILLed: control plane, controller
 kubelet, kube-proxy; the shims and the pods' processes, in sessions of their own, live on),
 `up` sweeps what the dead cluster left, says what in one line, and comes up; `down` then leaves
 the host as before the first `up`. A process that meanwhile got the number of a recorded process
-group (set up with `ns_last_pid`, as a busy host does by itself) is neither taken for the cluster
-nor signalled, by `up` after the crash and by `down` after the crash alike.
+group (its number written where the dead group's was, as the kernel's reuse of the number leaves
+the records) is neither taken for the cluster nor signalled, by `up` after the crash and by `down` after the crash alike.
 
 A second `up` while a cluster runs is refused in one line: from the same state dir (the cluster is
 up) and from another (the host's one node is taken).
@@ -46,7 +46,7 @@ import kubernetes.client
 import kubernetes.config
 import pytest
 
-from devcluster import node
+from devcluster import node, procs
 from devcluster import stack as stack_mod
 from tests.node import kit
 
@@ -134,25 +134,31 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
 
 def crash(state: pathlib.Path) -> dict[str, int]:
     """SIGKILL every recorded process group of the cluster; their ids by name."""
-    groups = {name: g["pgid"] for name, g in json.loads((state / "pids.json").read_text()).items()}
-    assert {"kube-apiserver", "containerd", "kubelet", "kube-proxy"} <= set(groups), groups
-    for pgid in groups.values():
-        os.killpg(pgid, signal.SIGKILL)
-    kit.wait("every killed process to be gone", lambda: not stack_mod.still_running(list(groups.items())))
-    return groups
+    recorded = {name: procs.Group(g["pgid"], g["id"]) for name, g in json.loads((state / "pids.json").read_text()).items()}
+    assert {"kube-apiserver", "containerd", "kubelet", "kube-proxy"} <= set(recorded), recorded
+    for group in recorded.values():
+        os.killpg(group.pgid, signal.SIGKILL)
+    kit.wait("every killed process to be gone", lambda: not stack_mod.still_running(recorded.items()))
+    return {name: group.pgid for name, group in recorded.items()}
 
 
-def reuse(number: int) -> subprocess.Popen[bytes]:
-    """A new process (its own group's leader) that got NUMBER, a dead group's id, from the kernel:
-    `ns_last_pid` set to the number before it, again while another process on the host took it."""
-    for _ in range(2000):  # a busy host forks between the write and ours
-        pathlib.Path("/proc/sys/kernel/ns_last_pid").write_text(str(number - 1))
-        victim = subprocess.Popen(["sleep", "3600"], start_new_session=True)
-        if victim.pid == number:
-            return victim
-        victim.kill()
-        victim.wait()
-    raise AssertionError(f"pid {number} was not handed out again")
+def reuse(state: pathlib.Path, name: str) -> subprocess.Popen[bytes]:
+    """A live process (its own group's leader) that a dead group's recorded number names now.
+
+    The kernel hands a freed number out again (the unshare test in
+    test_a_recorded_process_group_is_signalled_only_while_it_is_ours.py makes it do so); on a host
+    whose other processes start threads all the time, steering the one number to ours is a race. So
+    the new process's number is put where NAME's was, in `pids.json` and in the node's host record,
+    with the identity recorded for NAME: what both files say after the kernel reused the number."""
+    victim = subprocess.Popen(["sleep", "3600"], start_new_session=True)
+    pids = json.loads((state / "pids.json").read_text())
+    pids[name]["pgid"] = victim.pid
+    (state / "pids.json").write_text(json.dumps(pids))
+    record = json.loads(node.HOST_RECORD.read_text())
+    if name in record.get("groups", {}):
+        record["groups"][name] = victim.pid
+        node.HOST_RECORD.write_text(json.dumps(record))
+    return victim
 
 
 # The kubelet's values (setupKernelTunables) that a stock kernel already has; one off them before
@@ -271,10 +277,10 @@ def test_up_after_a_crash_cleans_the_leftovers_first(env: dict[str, str]) -> Non
     before, started = up_when_free(env, state)
     assert started.returncode == 0, started.stderr
     run_a_pod(state)
-    groups = crash(state)
+    crash(state)
     crashed = host(state)
     assert crashed["shims"] and crashed["cgroup_pids"] and crashed["bridge"], crashed  # what the crash left
-    victim = reuse(groups["containerd"])  # recorded in pids.json and in the node's host record
+    victim = reuse(state, "containerd")  # recorded in pids.json and in the node's host record
     try:
         recovered = cluster("up", env=env)
         assert recovered.returncode == 0, recovered.stderr
@@ -297,8 +303,8 @@ def test_down_after_a_crash_signals_no_reused_number(env: dict[str, str]) -> Non
     before, started = up_when_free(env, state)
     assert started.returncode == 0, started.stderr
     run_a_pod(state)
-    groups = crash(state)
-    victim = reuse(groups["kube-apiserver"])
+    crash(state)
+    victim = reuse(state, "kube-apiserver")
     try:
         status = cluster("status", env=env)
         assert status.returncode == 1 and "kube-apiserver" in status.stderr.splitlines()[-1], status.stderr

@@ -71,7 +71,7 @@ def _listening() -> dict[int, tuple[str, int]]:
 def _owners(running: stack_mod.Stack) -> dict[int, str]:
     """PID -> component name for every process of the cluster."""
     assert running.node is not None
-    groups = {pgid: name for name, pgid in (*running.plane.pids().items(), *running.started, *running.node.started)}
+    groups = {g.pgid: name for name, g in (*running.plane.groups().items(), *running.started, *running.node.started)}
     owners = {pid: "containerd-shim" for pid in node._shim_pids()}
     for entry in pathlib.Path("/proc").iterdir():
         if entry.name.isdigit():

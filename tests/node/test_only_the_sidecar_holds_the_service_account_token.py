@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import kubernetes.client
 import pytest
 
-from devcluster import stack as stack_mod
+from devcluster import local, stack as stack_mod
 from tests.node import kit
 from toolkit import names, render, runtime_check
 from toolkit import request as request_mod
@@ -51,7 +51,7 @@ def test_the_trainer_has_no_service_account_token_and_keeps_its_own_projected_on
             "spec": {"template": {"spec": {"volumes": [cloud], "containers": [{
                 "name": "node", "image": kit.BUSYBOX, "command": ["/bin/sh", "-c", PRINT],
                 "volumeMounts": [{"name": "cloud-token", "mountPath": CLOUD_DIR, "readOnly": True}]}]}}}}}]}}},
-    })
+    }, sidecar_image=local.SIDECAR_IMAGE)
     pod_spec = rendered["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     core.create_namespaced_pod(namespace, {
         "metadata": {"name": "trainer", "labels": {names.JOBSET_NAME_LABEL: trainjob["metadata"]["name"],

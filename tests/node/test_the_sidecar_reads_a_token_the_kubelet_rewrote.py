@@ -40,8 +40,8 @@ from toolkit import request as request_mod
 pytestmark = pytest.mark.cluster
 
 TOKEN_SECONDS = 600  # the apiserver's minimum expirationSeconds
-API_DIR = "/var/run/dispatch/api"
-VOLUME = "api-token"
+API_DIR = names.SERVICE_ACCOUNT_DIR  # where the rendered sidecar mounts its token volume
+VOLUME = names.SIDECAR_TOKEN_VOLUME  # the rendered sidecar's volume, here with the shortest lifetime
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,6 @@ def test_after_the_kubelet_rewrites_the_token_the_next_check_uses_the_new_one(
         {"name": "DISPATCH_SIDECAR_BACKOFF_BASE_SECONDS", "value": "0.5"},
         {"name": "DISPATCH_SIDECAR_BACKOFF_MAX_SECONDS", "value": "1"},
     ])
-    sidecar["volumeMounts"].append({"name": VOLUME, "mountPath": API_DIR, "readOnly": True})
     core.create_namespaced_pod(namespace, {
         "metadata": {"name": "verified", "labels": {names.JOBSET_NAME_LABEL: trainjob["metadata"]["name"],
                                                     names.JOBSET_UID_LABEL: "jobset-uid-1", names.RESTART_LABEL: "0"},
