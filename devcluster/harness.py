@@ -312,12 +312,16 @@ class _Pki:
 
 
 class _Process:
-    """One component: its command line, its log file, its process group."""
+    """One component: its command line, its log file, its process group. ENV: its whole environment
+    (None: this process's); PASS_FDS: descriptors it inherits (a lock it must hold while it lives)."""
 
-    def __init__(self, name: str, argv: list[str], log_dir: pathlib.Path) -> None:
+    def __init__(self, name: str, argv: list[str], log_dir: pathlib.Path, *, env: dict[str, str] | None = None,
+                 pass_fds: tuple[int, ...] = ()) -> None:
         self.name = name
         self.argv = argv
         self.log_path = log_dir / f"{name}.log"
+        self.env = env
+        self.pass_fds = pass_fds
         self.popen: subprocess.Popen[bytes] | None = None
         self.group: procs.Group | None = None  # the group of the last start, kept after stop()
 
@@ -325,8 +329,8 @@ class _Process:
         with open(self.log_path, "ab") as log:
             log.write(f"==== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
             log.flush()
-            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
+            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True, env=self.env, pass_fds=self.pass_fds)
         self.group = procs.record(self.popen.pid)
 
     def check_alive(self) -> None:

@@ -263,9 +263,9 @@ def _cgroup_pids() -> set[int]:
     for root in _cgroup_dirs():
         if not root.is_dir():
             continue
-        for procs in root.rglob("cgroup.procs"):
+        for listing in root.rglob("cgroup.procs"):
             with contextlib.suppress(OSError):
-                pids.update(int(p) for p in procs.read_text().split())
+                pids.update(int(p) for p in listing.read_text().split())
     return pids
 
 
@@ -598,7 +598,7 @@ class Node:
 
     def _run_process(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> harness._Process:
         holds_lock = name in ("kubelet", "kube-proxy")
-        proc = _NodeProcess(name, argv, pathlib.Path(self.plane.log_dir), env=env,
+        proc = node_process(name, argv, pathlib.Path(self.plane.log_dir), env=env,
                             lock_fd=self.lock_fd if holds_lock else -1)
         self._procs[name] = proc
         proc.start()
@@ -831,22 +831,11 @@ imports = []
         delete_pods(self.plane.kubeconfig, timeout=STOP_PODS_SECONDS)
 
 
-class _NodeProcess(harness._Process):
-    """A node component: the harness's process (own group, own log) with an environment of its own."""
-
-    def __init__(self, name: str, argv: list[str], log_dir: pathlib.Path, *, env: dict[str, str] | None,
-                 lock_fd: int) -> None:
-        super().__init__(name, argv, log_dir)
-        self.env = env
-        self.lock_fd = lock_fd
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            log.write(f"==== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
-            log.flush()
-            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True, env=self.env,
-                                          pass_fds=(self.lock_fd,) if self.lock_fd >= 0 else ())
+def node_process(name: str, argv: list[str], log_dir: pathlib.Path, *, env: dict[str, str] | None,
+                 lock_fd: int) -> harness._Process:
+    """A node component: the harness's process (own group, own log), with an environment of its own
+    and the host's node lock, which it holds while it lives."""
+    return harness._Process(name, argv, log_dir, env=env, pass_fds=(lock_fd,) if lock_fd >= 0 else ())
 
 
 def delete_pods(kubeconfig: str, *, timeout: float) -> None:

@@ -161,7 +161,7 @@ class Registry:
             "name": self.name, "endpoint": self.endpoint, "password": self.password, "ca_file": self.ca_file}))
         # No trace export (its default is an OTLP collector on localhost): nothing is collecting.
         env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "OTEL_TRACES_EXPORTER": "none"}
-        self.process = node._NodeProcess("registry", [str(self.binary), "serve", str(self.dir / "config.yml")],
+        self.process = node.node_process("registry", [str(self.binary), "serve", str(self.dir / "config.yml")],
                                          pathlib.Path(self.plane.log_dir), env=env, lock_fd=-1)
         self.process.start()
         try:

@@ -320,7 +320,8 @@ class Stack:
         self.ca_bundle = base64.b64encode(pathlib.Path(pki.path("ca.crt")).read_bytes()).decode()
 
     def _run(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> harness._Process:
-        proc = _EnvProcess(name, argv, pathlib.Path(self.plane.log_dir), env=env)
+        proc = harness._Process(name, argv, pathlib.Path(self.plane.log_dir),
+                                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})})
         self._procs[name] = proc
         proc.start()
         assert proc.group is not None
@@ -530,19 +531,3 @@ def _kueue_wants(hook: dict[str, Any]) -> bool:
                 if wanted is None or set(rule.get("resources", [])) & wanted:
                     return True
     return False
-
-
-class _EnvProcess(harness._Process):
-    """The harness's process (own group, own log) with an environment of its own."""
-
-    def __init__(self, name: str, argv: list[str], log_dir: pathlib.Path, *, env: dict[str, str] | None) -> None:
-        super().__init__(name, argv, log_dir)
-        self.env = env
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            log.write(f"==== start {time.strftime('%H:%M:%S')}: {' '.join(self.argv)}\n".encode())
-            log.flush()
-            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(self.env or {})}
-            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True, env=env)

@@ -138,7 +138,7 @@ def test_a_restart_in_place_prints_the_same_epoch_twice(api: kubernetes.client.A
     assert len(pods(core, namespace, name)) == 1  # no second pod: the same pod ran twice
     assert printed(first, "HOSTNAME") == printed(second, "HOSTNAME")  # one pod, its container run twice
     assert printed(first, "DISPATCH_EPOCH") == printed(second, "DISPATCH_EPOCH") == str(BASE + 1)
-    assert printed(first, "DISPATCH_ATTEMPT") == printed(second, "DISPATCH_ATTEMPT") == f"node.in-place.7.1.1.0"
+    assert printed(first, "DISPATCH_ATTEMPT") == printed(second, "DISPATCH_ATTEMPT") == "node.in-place.7.1.1.0"
 
 
 def test_the_checked_runtime_restarts_through_jobset_with_a_new_epoch(api: kubernetes.client.ApiClient,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import json
-import pathlib
 import time
 from collections.abc import Iterator
 from typing import Any
