@@ -161,6 +161,9 @@ class Identity(stateful.RuleBasedStateMachine):
         self.conflicts = 0
         self.raises: list[int] = []  # the step of every raise
         self.resets = 0  # rewrites and deletions of the patch, JobSets replaced
+        # Each time a person's edit left the TrainJob with no mark of ours: the highest R run so
+        # far, and the high-water mark the history had recorded then.
+        self.erasures: list[tuple[int, int]] = []
 
     # -- helpers: what Trainer/JobSet/the controller would do --------
 
@@ -260,6 +263,11 @@ class Identity(stateful.RuleBasedStateMachine):
         while self.jobset_events or self.pod_events:
             self._pod_pass() if self.pod_events else self._jobset_pass()
 
+    def _person_edited(self) -> None:
+        if not marks.is_ours(self.store.obj):
+            ran = max((e["r"] for e in self.executions), default=0)
+            self.erasures.append((ran, history.of(self.store.obj).high_water))
+
     # -- events ---------------------------------------------------------
 
     def teardown(self) -> None:
@@ -348,6 +356,7 @@ class Identity(stateful.RuleBasedStateMachine):
     def patch_rewritten(self, value: int) -> None:
         self._write(lambda o: o["spec"].__setitem__("runtimePatches", [raising.patch_entry(value)]))
         self.resets += 1
+        self._person_edited()
 
     @stateful.precondition(lambda self: not self.running)
     @stateful.rule(value=st.sampled_from([None, "0", "1", "x"]))
@@ -361,6 +370,7 @@ class Identity(stateful.RuleBasedStateMachine):
                 annotations[names.FLOOR_ANNOTATION] = value
         self._write(edit)
         self.resets += 1
+        self._person_edited()
 
     @stateful.rule()
     def history_made_unreadable(self) -> None:
@@ -377,6 +387,7 @@ class Identity(stateful.RuleBasedStateMachine):
     def patch_deleted(self) -> None:
         self._write(lambda o: o["spec"].__setitem__("runtimePatches", []))
         self.resets += 1
+        self._person_edited()
 
     @stateful.precondition(lambda self: self.store.jobset is not None)
     @stateful.rule()
@@ -434,12 +445,19 @@ class Identity(stateful.RuleBasedStateMachine):
         e = self.executions[i]
         return bool(e.get("by_hand")) and not e["seen_running"]
 
+    def _erased(self, i: int) -> bool:
+        """The third gap (docs/adapter.md, "What detection cannot see"): a person removed every mark
+        of ours (the patch entry and the floor) while executions up to this one's R had run that
+        the history had not recorded: the TrainJob was then no longer ours, and what bounded R
+        went with the marks."""
+        return any(self.executions[i]["r"] <= ran and ran > recorded for ran, recorded in self.erasures)
+
     def _check(self, *, every: bool) -> None:
         assert self.resets or not self.flags, f"flagged with no reset: {self.store.obj['metadata']['annotations']}"
         highest = 0
         for i, e in enumerate(self.executions):
             assert (e["r"] > highest or self._covered(e["start"]) or (not every and self.pending)
-                    or self._unseen_twin(i) or self._unseen_resume(i)), (
+                    or self._unseen_twin(i) or self._unseen_resume(i) or self._erased(i)), (
                 f"R {e['r']} repeated without a flag: {self.executions}, flags {self.flags}")
             highest = max(highest, e["r"])
 
@@ -586,3 +604,32 @@ def test_the_model_can_fail_without_the_resume_rule(monkeypatch):
     monkeypatch.setattr(detector, "resumed", lambda pod, trainjob, *, admitted: None)
     with pytest.raises(AssertionError, match="repeated without a flag"):
         _resumed_by_hand_trace().teardown()
+
+
+def _erased_marks_trace() -> Identity:
+    """Released at A = 1; the JobSet replaced while it runs (the same A and J again, a new JobSet);
+    held; then, before the controller got to any of it, a person removes the floor and the patch
+    entry: the TrainJob carries no mark of ours when the controller looks."""
+    machine = Identity()
+    for step in ("release", "jobset_deleted_and_recreated", "preempt_or_hold"):
+        getattr(machine, step)()
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    machine.floor_edited(None)
+    machine.patch_deleted()
+    return machine
+
+
+def test_an_execution_whose_marks_were_all_removed_before_it_was_seen_is_not_ours_any_more():
+    machine = _erased_marks_trace()
+    first, again = machine.executions
+    assert first["r"] == again["r"] and machine.erasures == [(1, 0)]
+    machine.teardown()  # the property holds, through the erasure exception
+    assert not adapter.is_flagged(machine.store.obj) and not marks.is_ours(machine.store.obj)
+
+
+def test_the_model_can_fail_when_the_erasure_exception_is_dropped(monkeypatch):
+    """The exception is what lets the trace pass: without it the repeat is reported."""
+    monkeypatch.setattr(Identity, "_erased", lambda self, i: False)
+    machine = _erased_marks_trace()
+    with pytest.raises(AssertionError, match="repeated without a flag"):
+        machine.teardown()

@@ -6,6 +6,8 @@ containerd's task list, the kernel's /proc); nothing writes a status a component
 
 from __future__ import annotations
 
+import fcntl
+import os
 import pathlib
 import subprocess
 import uuid
@@ -138,3 +140,27 @@ def refusal(done: subprocess.CompletedProcess[str], *, command: str = "toolkit c
     assert [line for line in lines if line.startswith(f"{command}: ")] == lines[-1:], done.stderr
     assert done.stdout == ""
     return lines[-1]
+
+
+NODE_TAKEN = "a node of the local cluster is already running"  # `toolkit cluster up`'s refusal
+
+
+def wait_for_the_slot() -> None:
+    """Until no other cluster's node holds the host's slot (it is free again when this returns)."""
+    node_mod.LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(node_mod.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    finally:
+        os.close(fd)
+
+
+def when_the_slot_is_free(attempt: Callable[[], subprocess.CompletedProcess[str]]) -> subprocess.CompletedProcess[str]:
+    """ATTEMPT (a `toolkit cluster up`, which refuses at once while another cluster's node holds
+    the host), again after the slot was freed while another cluster's node took it in between."""
+    for _ in range(20):
+        wait_for_the_slot()
+        done = attempt()
+        if NODE_TAKEN not in done.stderr:
+            return done
+    raise AssertionError(f"the host's node slot stayed taken: {done.stderr}")

@@ -111,12 +111,14 @@ def settled(state: pathlib.Path) -> dict[str, Any]:
 
 def up_when_free(env: dict[str, str], state: pathlib.Path) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
     """The host before, then `up`; again while another cluster's node took the slot in between."""
-    for _ in range(20):
-        before = settled(state)
-        started = cluster("up", env=env)
-        if "a node of the local cluster is already running" not in started.stderr:
-            return before, started
-    raise AssertionError(f"the host's node slot stayed taken: {started.stderr}")
+    before: list[dict[str, Any]] = []
+
+    def attempt() -> subprocess.CompletedProcess[str]:
+        before[:] = [settled(state)]
+        return cluster("up", env=env)
+
+    started = kit.when_the_slot_is_free(attempt)
+    return before[0], started
 
 
 def run_a_pod(state: pathlib.Path) -> None:

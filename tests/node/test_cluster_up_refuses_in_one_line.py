@@ -38,16 +38,6 @@ def up(argv_prefix: list[str], env: dict[str, str]) -> subprocess.CompletedProce
                           timeout=300, check=False)
 
 
-def wait_for_the_slot() -> None:
-    """Until no other cluster's node holds the host's slot (it is free again when this returns)."""
-    node.LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(node.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    finally:
-        os.close(fd)
-
-
 @pytest.fixture
 def env(tmp_path: pathlib.Path) -> Iterator[dict[str, str]]:
     environment = {**os.environ, "DISPATCH_CLUSTER_STATE": str(tmp_path / "state")}
@@ -99,7 +89,7 @@ def test_a_kubelet_or_kube_proxy_not_ours(env: dict[str, str], tmp_path: pathlib
     with subprocess.Popen([str(program), "600"]) as other:
         try:
             for _ in range(20):
-                wait_for_the_slot()  # then ask at once: another cluster's node would take the answer
+                kit.wait_for_the_slot()  # then ask at once: another cluster's node would take the answer
                 done = up([], env)
                 if "a node of the local cluster is already running" not in done.stderr:
                     break
