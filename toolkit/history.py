@@ -64,6 +64,10 @@ from toolkit import detect, identity, marks, names
 Obj = dict[str, Any]
 
 HISTORY_ANNOTATION = f"{names.DOMAIN}/history"
+# The history's format: `render` writes it as "version"; `parse` reads this version and a history
+# with none (the same format), and keeps a newer one as found (an older controller never rewrites
+# what a newer one wrote).
+FORMAT_VERSION = 1
 # The minimum A of the next raise, set by an adoption (toolkit.raising reads it).
 MINIMUM_ANNOTATION = f"{names.DOMAIN}/admission-minimum"
 MAX_EXECUTIONS = 20
@@ -113,6 +117,7 @@ class History:
     adoptions_dropped: int = 0
     floors: tuple[tuple[int, str], ...] = ()  # (floor, the apiserver's time of the raise that set it)
     unreadable: bool = False  # the annotation was there but not ours to read
+    newer_format: int = 0  # when unreadable because a newer dispatch wrote it: its format version
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +164,11 @@ def parse(value: str | None) -> History:
         return History()
     try:
         doc = json.loads(value)
+        version = doc.get("version", FORMAT_VERSION)
+        if type(version) is not int or version < 1:
+            raise ValueError(f"format version {version!r}")
+        if version > FORMAT_VERSION:
+            return History(unreadable=True, newer_format=version)
         executions = tuple(
             Execution(a=_int(e["a"]), j=_int(e["j"]), jobset_uid=_opt_str(e.get("jobsetUid")), r=_int(e["r"]), epoch=_opt_str(e.get("epoch")),
                       attempt=_opt_str(e.get("attempt")), first_pod=str(e["firstPod"]),
@@ -188,6 +198,13 @@ def unreadable_violation(history: History) -> detect.Violation | None:
     """The flag an unreadable history raises (one line for the TrainJob, not one per pod)."""
     if not history.unreadable:
         return None
+    if history.newer_format:
+        return detect.Violation(
+            "unreadable-history",
+            f"TrainJob annotation {HISTORY_ANNOTATION} has format version {history.newer_format}, newer than this "
+            f"dispatch reads ({FORMAT_VERSION}): it is kept as found and nothing of ours writes over it; run the "
+            "release that wrote it",
+        )
     return detect.Violation(
         "unreadable-history",
         f"TrainJob annotation {HISTORY_ANNOTATION} is not a history dispatch wrote: the executions and the "
@@ -203,6 +220,7 @@ def highest_admission(history: History) -> int:
 
 def render(history: History) -> str:
     doc = {
+        "version": FORMAT_VERSION,
         "highWater": history.high_water,
         "dropped": history.dropped,
         "executions": [

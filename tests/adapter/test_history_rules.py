@@ -4,6 +4,8 @@ that never falls, the repeat rule, and what an adoption records and requires."""
 
 from __future__ import annotations
 
+import json
+
 import hypothesis
 import hypothesis.strategies as st
 import pytest
@@ -83,6 +85,34 @@ def test_an_unreadable_history_reads_as_empty_and_says_so():
     h = history.parse("{not json")
     assert h.unreadable and h.executions == () and h.high_water == 0
     assert history.parse(None) == history.History()
+
+
+def test_the_history_carries_its_format_version_and_reads_one_without_it():
+    h = _seen(history.History(), 1, 0)
+    written = history.render(h)
+    assert json.loads(written)["version"] == history.FORMAT_VERSION == 1
+    assert history.parse(written) == h
+    doc = json.loads(written)
+    del doc["version"]  # the same format, with no version field
+    assert history.parse(json.dumps(doc)) == h
+
+
+def test_a_history_of_a_newer_format_is_kept_as_found_and_says_which():
+    doc = json.loads(history.render(_seen(history.History(), 1, 0)))
+    doc["version"] = history.FORMAT_VERSION + 1
+    h = history.parse(json.dumps(doc))
+    assert h.unreadable and h.newer_format == 2 and h.executions == () and h.high_water == 0
+    violation = history.unreadable_violation(h)
+    assert violation is not None
+    assert "has format version 2, newer than this dispatch reads (1)" in violation.detail
+
+
+@pytest.mark.parametrize("version", ["1", 0, -1, 1.5, None, True])
+def test_a_format_version_that_is_not_a_positive_integer_is_unreadable(version):
+    doc = json.loads(history.render(history.History()))
+    doc["version"] = version
+    h = history.parse(json.dumps(doc))
+    assert h.unreadable and not h.newer_format
 
 
 def test_an_adoption_sets_the_minimum_so_the_next_r_is_above_the_mark():
