@@ -56,6 +56,9 @@ with `kube.Client.read_modify_write` (the 409 loop), `raising.raised`,
 from __future__ import annotations
 
 import copy
+import os
+import pathlib
+import subprocess
 import uuid
 from collections.abc import Callable
 
@@ -467,11 +470,28 @@ class Identity(stateful.RuleBasedStateMachine):
         self._check(every=False)
 
 
+def _search_seed() -> int:
+    """The search's seed: DISPATCH_MODEL_SEED to replay a run, else derived from the commit under
+    test, so that one commit always runs the same search (a run is replayable and landing is
+    deterministic) and each new commit searches new traces."""
+    given = os.environ.get("DISPATCH_MODEL_SEED")
+    if given is not None:
+        return int(given)
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=pathlib.Path(__file__).parent, capture_output=True,
+                          text=True, check=False)
+    return int(done.stdout.strip()[:12] or "0", 16)
+
+
+class Searched(Identity):
+    """The machine the search runs: Identity under the seed above (the failing seed is in its report)."""
+
+
+hypothesis.seed(_search_seed())(Searched)
 # too_slow: on a busy 2-core machine the generation of 30-step runs can cross hypothesis's time
 # budget for generating data; what the search checks is the same either way.
-Identity.TestCase.settings = hypothesis.settings(max_examples=100, stateful_step_count=30, deadline=None,
+Searched.TestCase.settings = hypothesis.settings(max_examples=100, stateful_step_count=30, deadline=None,
                                                  suppress_health_check=[hypothesis.HealthCheck.too_slow])
-TestIdentity = Identity.TestCase
+TestIdentity = Searched.TestCase
 
 
 def _fails(monkeypatch_target: Callable[[], None]) -> str:
