@@ -55,7 +55,7 @@ from typing import Any
 import kubernetes.client
 
 from controller import admission
-from devcluster import demo_dispatch, demo_output, harness, local, node as node_mod, scenario, stack as stack_mod
+from devcluster import demo_dispatch, demo_output, harness, install, local, node as node_mod, scenario, stack as stack_mod
 from toolkit import adapter, names, render, runtime_check
 
 Failed, say, expect = demo_output.Failed, demo_output.say, demo_output.expect
@@ -63,11 +63,12 @@ Failed, say, expect = demo_output.Failed, demo_output.say, demo_output.expect
 
 def _stage_runtime(low: scenario.Scenario, marks: pathlib.Path) -> None:
     say("runtime: toolkit render runtime + check-runtime")
-    fit = render.runtime(scenario.runtime("demo", cpu="1"), sidecar_image=local.SIDECAR_IMAGE)
+    sidecar = low.stack.sidecar_image or local.SIDECAR_IMAGE
+    fit = render.runtime(scenario.runtime("demo", cpu="1"), sidecar_image=sidecar)
     expect(runtime_check.check(fit) == [], "the rendered runtime passes check-runtime")
     bad = scenario.runtime("in-place")
     bad["spec"]["template"]["spec"]["failurePolicy"]["restartStrategy"] = "InPlaceRestart"
-    refusals = runtime_check.check(render.runtime(bad, sidecar_image=local.SIDECAR_IMAGE))
+    refusals = runtime_check.check(render.runtime(bad, sidecar_image=sidecar))
     expect(refusals, "a runtime that restarts in place is refused")
     say(f"  refused as expected: {refusals[0]}")
     low.create_runtime(scenario.runtime("demo", cpu="900m", host_dirs={scenario.MARKS: marks}))
@@ -250,11 +251,13 @@ def main() -> int:
     say(f"  CoreDNS, the registry: {services_bin} ({time.monotonic() - start:.1f}s)")
     running: stack_mod.Stack | None = None
     marks = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-demo-marks-"))
+    release_dir = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-demo-release-"))
     try:
         say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, then Trainer, JobSet, "
-            "Kueue (webhooks served on 127.0.0.1) and our controller, then the registry and the node: containerd, "
-            "kubelet, kube-proxy, and CoreDNS on it")
-        running = local.start(plane_bin=plane_bin, controllers=controllers_bin)
+            "Kueue (webhooks served on 127.0.0.1), then the registry and the node: containerd, "
+            "kubelet, kube-proxy, and CoreDNS on it; then our release installed as a user installs it: "
+            "its images pushed to the registry, controller.yaml applied with kubectl apply --server-side")
+        running = local.start(plane_bin=plane_bin, controllers=controllers_bin, release_dir=release_dir)
         if running.swept:
             say(f"  cleaned up after an earlier node first: {'; '.join(running.swept)}")
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
@@ -262,6 +265,13 @@ def main() -> int:
             harness.create_namespace(api, namespace)
         say(f"cluster up: node {node_mod.NODE_NAME} Ready (kubelet + containerd), CoreDNS serving "
             f"{node_mod.CLUSTER_DOMAIN}, registry {running.node.registry.name}; namespace {namespace}")
+        say(f"our controller runs from the release {running.installed.release.build.tag} as pods:")
+        try:
+            for line in install.check(running, running.installed):
+                say(f"  {line}")
+        except install.InstallError as e:
+            raise Failed(str(e)) from None
+        say(f"  the runtimes name the release's sidecar {running.sidecar_image}")
         jobs = _story(running, namespace, namespace, marks)
         demo_dispatch.stage(running, namespace)
         ok = _table(jobs)
@@ -285,6 +295,7 @@ def main() -> int:
             stack_mod.clean_up(running.started)
             running.plane.stop()
         shutil.rmtree(marks, ignore_errors=True)
+        shutil.rmtree(release_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

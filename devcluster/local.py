@@ -33,7 +33,7 @@ import os
 import pathlib
 import shutil
 
-from devcluster import dns, harness, node as node_mod, procs, registry as registry_mod, stack as stack_mod
+from devcluster import dns, harness, install as install_mod, node as node_mod, procs, registry as registry_mod, stack as stack_mod
 
 # The images the local cluster's pods use, moved from podman's store into the node's containerd.
 # The sidecar the local cluster's runtimes name (render.runtime's sidecar_image): this checkout's build.
@@ -99,7 +99,8 @@ def services_bin() -> pathlib.Path:
 
 def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
           workdir: pathlib.Path | None = None, detach: bool = False, wait_for_node: bool = True,
-          images: tuple[str, ...] = NODE_IMAGES, registry_name: str = registry_mod.DEFAULT_NAME) -> stack_mod.Stack:
+          images: tuple[str, ...] = NODE_IMAGES, registry_name: str = registry_mod.DEFAULT_NAME,
+          release_dir: pathlib.Path | None = None) -> stack_mod.Stack:
     """Start the control plane, the controllers on it (Trainer and JobSet unless not TRAINING;
     Kueue and ours too if KUEUE), the registry (named REGISTRY_NAME in image references), the
     real node, and CoreDNS on it; return the Stack (its `plane` and `node` attributes are the
@@ -107,6 +108,9 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     and the registry), then the plane.
 
     WAIT_FOR_NODE: wait while another cluster's node holds this host (tests), else refuse at once.
+    RELEASE_DIR: install our release as a user does (devcluster/install.py: the bundle written
+    there, its images pushed to the registry, controller.yaml applied), so that our controller runs
+    as the Deployment's pods instead of a host process; `running.installed` is what was installed.
     On any failure, stops what it started and sweeps the host, then re-raises."""
     registry_mod.check_name(registry_name)
     plane_bin = plane_bin or harness.build_binaries()
@@ -135,12 +139,16 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         swept = node_mod.sweep()
         node_mod.prepare_host(owner=owner(plane.workdir))
         plane.start()
-        running = stack_mod.Stack(plane, kueue=kueue, training=training, bin_dir=controllers).start()
+        running = stack_mod.Stack(plane, kueue=kueue, training=training, bin_dir=controllers,
+                                  host_controller=release_dir is None).start()
         registry = registry_mod.Registry(plane, bin_dir=services, name=registry_name)
         node = node_mod.Node(plane, plane_bin=plane_bin, controllers_bin=controllers, images=images,
                              cache=cache_dir(), lock_fd=lock, registry=registry)
         running.node = node.start()
         dns.install(plane, registry, bin_dir=services)
+        if release_dir is not None:
+            running.installed = install_mod.install(running, out_dir=release_dir)
+            install_mod.wait_leading(running)
         running.swept = swept
         return running
     except BaseException:
@@ -201,8 +209,8 @@ def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
         plane_bin = harness.build_binaries()
         controllers = stack_mod.build_binaries()
         running = start(plane_bin=plane_bin, controllers=controllers, workdir=state, detach=True,
-                        wait_for_node=False, registry_name=registry_name)
-    except (harness.HarnessError, OSError) as e:
+                        wait_for_node=False, registry_name=registry_name, release_dir=state / "release")
+    except (harness.HarnessError, OSError, RuntimeError) as e:
         shutil.rmtree(state, ignore_errors=True)
         raise ClusterError(str(e).splitlines()[0]) from None
     (state / "bin").mkdir(exist_ok=True)

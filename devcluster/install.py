@@ -1,0 +1,132 @@
+"""Our release installed on the local cluster as a user installs it.
+
+`install(running, out_dir=D)`: build the release's images (or reuse this commit's, already in
+local storage under `localhost/dispatch/NAME:TAG`), push them to the cluster's registry, render
+the bundle with release.bundle (every reference `REGISTRY_NAME/dispatch/NAME:TAG@sha256:...`,
+REGISTRY_NAME the name the node's containerd resolves to that registry), and apply controller.yaml
+with `kubectl apply --server-side -f`, the kubectl built with the control plane. Our controller
+then runs as the Deployment's pods on the node (two replicas, leader election over the Lease in
+dispatch-system, in-cluster configuration, its own ServiceAccount); `wait_leading` returns once a
+replica holds the Lease and is Ready.
+
+`check(running, installed)` is what the demo verifies and prints: the Lease holder is a pod in
+dispatch-system; the manifest applied is byte-identical (sha256) to the bundle's file; every one of
+our pods' containers has a registry digest of the release as its imageID.
+
+Invariant: what is applied is the bundle's file itself, never a re-rendering of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import pathlib
+import subprocess
+import time
+from typing import Any
+
+import kubernetes.client
+
+from devcluster import harness, images as contexts
+from release import bundle, images, version as versioning
+
+NAMESPACE = "dispatch-system"
+LEASE = "dispatch-controller"
+SELECTOR = "app.kubernetes.io/name=dispatch-controller"
+READY_TIMEOUT_SECONDS = 240.0
+
+
+class InstallError(harness.HarnessError):
+    """A step of the install that did not happen; the message says which."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Installed:
+    release: bundle.Release
+    applied_sha256: str  # of the bytes handed to kubectl apply
+
+
+def _local_images(build: versioning.Build, workdir: pathlib.Path) -> dict[str, str]:
+    """This build's images: those already in local storage, the rest built now."""
+    found = {}
+    for name in images.NAMES:
+        tag = images.local_name(name, build.tag)
+        if contexts.podman("image", "exists", tag).returncode == 0:
+            found[name] = tag
+    missing = [n for n in images.NAMES if n not in found]
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name in missing:
+        sub = workdir / name
+        sub.mkdir(parents=True, exist_ok=True)
+        found[name] = contexts.build(name, tag=images.local_name(name, build.tag), workdir=sub,
+                                     labels=images.labels(build, name=name, repo=contexts.REPO))
+    return found
+
+
+def kubectl(running: Any) -> pathlib.Path:
+    from devcluster import local
+
+    return harness.binary(local.KUBECTL, running.plane.bin_dir)
+
+
+def install(running: Any, *, out_dir: pathlib.Path) -> Installed:
+    """Push, render and apply the controller part of the release on RUNNING (a local.start Stack)."""
+    registry = running.node.registry
+    build = versioning.describe(bundle.REPO)
+    made = bundle.build_release(registry=registry.name, out_dir=out_dir, push=registry.push,
+                                kubectl=kubectl(running),
+                                local_images=_local_images(build, out_dir / ".build"))
+    manifest = made.files["controller.yaml"]
+    data = manifest.read_bytes()
+    done = subprocess.run([str(kubectl(running)), "--kubeconfig", running.plane.kubeconfig, "apply",
+                           "--server-side", "-f", "-"], input=data, capture_output=True, timeout=120, check=False)
+    if done.returncode != 0:
+        raise InstallError(f"kubectl apply --server-side -f {manifest}: {done.stderr.decode().strip()}")
+    running.sidecar_image = made.references["sidecar"]
+    return Installed(release=made, applied_sha256=hashlib.sha256(data).hexdigest())
+
+
+def wait_leading(running: Any, *, timeout: float = READY_TIMEOUT_SECONDS) -> str:
+    """The name of the controller pod that holds the Lease, once it is Ready; fails after TIMEOUT."""
+    deadline = time.monotonic() + timeout
+    last = "no Lease yet"
+    with running.plane.api_client() as api:
+        core = kubernetes.client.CoreV1Api(api)
+        coord = kubernetes.client.CoordinationV1Api(api)
+        while time.monotonic() < deadline:
+            try:
+                holder = coord.read_namespaced_lease(LEASE, NAMESPACE).spec.holder_identity or ""
+            except kubernetes.client.ApiException as e:
+                holder, last = "", f"Lease: {e.status}"
+            pods = {p.metadata.name: p for p in core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items}
+            pod = next((p for name, p in pods.items() if holder and holder.startswith(name)), None)
+            if pod is not None and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
+                return pod.metadata.name
+            if holder:
+                last = f"Lease held by {holder!r}; pods {sorted(pods)}"
+            elif pods:
+                last = "pods " + ", ".join(f"{n}: {p.status.phase}" for n, p in sorted(pods.items()))
+            time.sleep(1.0)
+    raise InstallError(f"no Ready controller pod leads within {timeout:.0f}s ({last})")
+
+
+def check(running: Any, installed: Installed) -> list[str]:
+    """What the demo verifies; each line it prints. Raises InstallError on the first that fails."""
+    leader = wait_leading(running)
+    lines = [f"the Lease {NAMESPACE}/{LEASE} is held by pod {leader}"]
+    expected = hashlib.sha256(installed.release.files["controller.yaml"].read_bytes()).hexdigest()
+    if installed.applied_sha256 != expected:
+        raise InstallError(f"applied manifest sha256 {installed.applied_sha256} != controller.yaml's {expected}")
+    lines.append(f"controller.yaml applied as released: sha256 {expected}")
+    reference = installed.release.references["controller"]
+    repo, digest = reference.split("@")[0].rsplit(":", 1)[0], reference.split("@")[1]
+    with running.plane.api_client() as api:
+        pods = kubernetes.client.CoreV1Api(api).list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items
+    if len(pods) < 2:
+        raise InstallError(f"{len(pods)} controller pod(s) in {NAMESPACE}, not 2")
+    for pod in pods:
+        for status in pod.status.container_statuses or []:
+            if status.image_id != f"{repo}@{digest}":
+                raise InstallError(f"pod {pod.metadata.name}: imageID {status.image_id!r}, not {repo}@{digest}")
+        lines.append(f"pod {pod.metadata.name} on {pod.spec.node_name}: imageID {repo}@{digest}")
+    return lines
