@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import pathlib
 import subprocess
+import tempfile
 import time
 from typing import Any
 
@@ -56,10 +57,9 @@ def _local_images(build: versioning.Build, workdir: pathlib.Path) -> dict[str, s
     missing = [n for n in images.NAMES if n not in found]
     workdir.mkdir(parents=True, exist_ok=True)
     for name in missing:
-        sub = workdir / name
-        sub.mkdir(parents=True, exist_ok=True)
-        found[name] = contexts.build(name, tag=images.local_name(name, build.tag), workdir=sub,
-                                     labels=images.labels(build, name=name, repo=contexts.REPO))
+        with tempfile.TemporaryDirectory(dir=workdir) as sub:
+            found[name] = contexts.build(name, tag=images.local_name(name, build.tag), workdir=pathlib.Path(sub),
+                                         labels=images.labels(build, name=name, repo=contexts.REPO))
     return found
 
 
