@@ -38,13 +38,18 @@ one and the TrainJob is flagged foreign).
 
 Invariant: the demo leaves nothing running; the cluster and every process
 and container it started are stopped on every path (the harness's own
-guarantees, plus a `finally`).
+guarantees, plus a `finally`). SIGTERM is one of those paths: it ends the
+demo through the same cleanup (exit 143), and a second SIGTERM during the
+cleanup is ignored. The first line after the builds names the cluster's
+directory, removed at the end, so that a caller can check that nothing names
+it any more.
 """
 
 from __future__ import annotations
 
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,6 +64,15 @@ from devcluster import demo_dispatch, demo_output, harness, install, local, node
 from toolkit import adapter, names, render, runtime_check
 
 Failed, say, expect = demo_output.Failed, demo_output.say, demo_output.expect
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: the demo stops through its normal cleanup."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup itself is not interrupted
+    raise Terminated()
 
 
 def _stage_runtime(low: scenario.Scenario, marks: pathlib.Path) -> None:
@@ -238,6 +252,7 @@ def _table(jobs: list[tuple[str, scenario.Scenario]]) -> bool:
 
 
 def main() -> int:
+    signal.signal(signal.SIGTERM, _on_sigterm)
     say("building the local cluster (cached after the first run: about 20 min on 2 cores the first time)")
     start = time.monotonic()
     plane_bin = harness.build_binaries()
@@ -252,12 +267,15 @@ def main() -> int:
     running: stack_mod.Stack | None = None
     marks = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-demo-marks-"))
     release_dir = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-demo-release-"))
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-cp-"))
     try:
+        say(f"the cluster's directory: {workdir}")
         say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, then Trainer, JobSet, "
             "Kueue (webhooks served on 127.0.0.1), then the registry and the node: containerd, "
             "kubelet, kube-proxy, and CoreDNS on it; then our release installed as a user installs it: "
             "its images pushed to the registry, controller.yaml applied with kubectl apply --server-side")
-        running = local.start(plane_bin=plane_bin, controllers=controllers_bin, release_dir=release_dir)
+        running = local.start(plane_bin=plane_bin, controllers=controllers_bin, release_dir=release_dir,
+                              workdir=workdir)
         if running.swept:
             say(f"  cleaned up after an earlier node first: {'; '.join(running.swept)}")
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
@@ -265,7 +283,10 @@ def main() -> int:
             harness.create_namespace(api, namespace)
         say(f"cluster up: node {node_mod.NODE_NAME} Ready (kubelet + containerd), CoreDNS serving "
             f"{node_mod.CLUSTER_DOMAIN}, registry {running.node.registry.name}; namespace {namespace}")
-        say(f"our controller runs from the release {running.installed.release.build.tag} as pods:")
+        installed = running.installed
+        say(f"our controller runs from the release {installed.release.build.tag} as pods (its images: "
+            f"{installed.build_seconds:.1f}s to build or find in local storage, pushed and the bundle rendered "
+            f"in {installed.push_seconds:.1f}s):")
         try:
             for line in install.check(running, running.installed):
                 say(f"  {line}")
@@ -289,6 +310,9 @@ def main() -> int:
         if running is not None:
             print(running.logs(lines=30), file=sys.stderr)
         return 1
+    except Terminated:
+        print("demo: stopped by SIGTERM; stopping the cluster", file=sys.stderr)
+        return 143
     finally:
         if running is not None:
             running.stop()
@@ -296,6 +320,7 @@ def main() -> int:
             running.plane.stop()
         shutil.rmtree(marks, ignore_errors=True)
         shutil.rmtree(release_dir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,18 @@
 """Our release installed on the local cluster as a user installs it.
 
-`install(running, out_dir=D)`: build the release's images (or reuse this commit's, already in
-local storage under `localhost/dispatch/NAME:TAG`), push them to the cluster's registry, render
+`release_images(build, workdir)` (`make release-images`): this checkout's release images in local
+storage as `localhost/dispatch/NAME:TAG`, each labelled with a hash of what it is built from
+(INPUTS_LABEL), built only when no image of that tag carries the same hash.
+
+`install(running, out_dir=D)`: release_images, then push them to the cluster's registry, render
 the bundle with release.bundle (every reference `REGISTRY_NAME/dispatch/NAME:TAG@sha256:...`,
 REGISTRY_NAME the name the node's containerd resolves to that registry), and apply controller.yaml
 with `kubectl apply --server-side -f`, the kubectl built with the control plane. Our controller
 then runs as the Deployment's pods on the node (two replicas, leader election over the Lease in
 dispatch-system, in-cluster configuration, its own ServiceAccount); `wait_leading` returns once a
 replica holds the Lease and is Ready.
+
+`controller_pods(api)` is what `toolkit cluster status` says of them.
 
 `check(running, installed)` is what the demo verifies and prints: the Lease holder is a pod in
 dispatch-system; the manifest applied is byte-identical (sha256) to the bundle's file; every one of
@@ -45,21 +50,47 @@ class InstallError(harness.HarnessError):
 class Installed:
     release: bundle.Release
     applied_sha256: str  # of the bytes handed to kubectl apply
+    build_seconds: float = 0.0  # making sure the images are in local storage (0 when built before)
+    push_seconds: float = 0.0  # pushing them to the cluster's registry and rendering the bundle
+    leader: str = ""  # the controller pod that held the Lease, Ready, once wait_leading returned
 
 
-def _local_images(build: versioning.Build, workdir: pathlib.Path) -> dict[str, str]:
-    """This build's images: those already in local storage, the rest built now."""
+# The label that says what an image of ours was built from (inputs_hash): a build of a tree with
+# uncommitted changes carries the same tag as the next edit's, so the tag alone does not say it.
+INPUTS_LABEL = "dispatch.inputs"
+# What the images' build contexts are made of (devcluster/images.py), hashed by inputs_hash.
+SOURCES = ("controller", "dispatcher", "sidecar", "toolkit", "images", "constraints.txt")
+
+
+def inputs_hash() -> str:
+    """A short hash of every file the release's images are built from (SOURCES)."""
+    h = hashlib.sha256()
+    for top in SOURCES:
+        root = contexts.REPO / top
+        files = [root] if root.is_file() else sorted(
+            f for f in root.rglob("*") if f.is_file() and "__pycache__" not in f.parts
+            and f.relative_to(contexts.REPO).as_posix() != "toolkit/data/release.json")
+        for f in files:
+            h.update(f.relative_to(contexts.REPO).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def release_images(build: versioning.Build, workdir: pathlib.Path) -> dict[str, str]:
+    """BUILD's images in local storage, name -> local image: those already built from these
+    inputs (INPUTS_LABEL) are kept, the others built now (in WORKDIR)."""
+    inputs = inputs_hash()
     found = {}
     for name in images.NAMES:
         tag = images.local_name(name, build.tag)
-        if contexts.podman("image", "exists", tag).returncode == 0:
+        done = contexts.podman("image", "inspect", "--format", f'{{{{index .Labels "{INPUTS_LABEL}"}}}}', tag)
+        if done.returncode == 0 and done.stdout.strip() == inputs:
             found[name] = tag
-    missing = [n for n in images.NAMES if n not in found]
     workdir.mkdir(parents=True, exist_ok=True)
-    for name in missing:
+    for name in (n for n in images.NAMES if n not in found):
         with tempfile.TemporaryDirectory(dir=workdir) as sub:
             found[name] = contexts.build(name, tag=images.local_name(name, build.tag), workdir=pathlib.Path(sub),
-                                         labels=images.labels(build, name=name, repo=contexts.REPO))
+                                         labels={**images.labels(build, name=name, repo=contexts.REPO),
+                                                 INPUTS_LABEL: inputs})
     return found
 
 
@@ -73,9 +104,12 @@ def install(running: Any, *, out_dir: pathlib.Path) -> Installed:
     """Push, render and apply the controller part of the release on RUNNING (a local.start Stack)."""
     registry = running.node.registry
     build = versioning.describe(bundle.REPO)
+    start = time.monotonic()
+    local_images = release_images(build, out_dir / ".build")
+    built = time.monotonic() - start
     made = bundle.build_release(registry=registry.name, out_dir=out_dir, push=registry.push,
-                                kubectl=kubectl(running),
-                                local_images=_local_images(build, out_dir / ".build"))
+                                kubectl=kubectl(running), local_images=local_images)
+    pushed = time.monotonic() - start - built
     manifest = made.files["controller.yaml"]
     data = manifest.read_bytes()
     done = subprocess.run([str(kubectl(running)), "--kubeconfig", running.plane.kubeconfig, "apply",
@@ -83,7 +117,8 @@ def install(running: Any, *, out_dir: pathlib.Path) -> Installed:
     if done.returncode != 0:
         raise InstallError(f"kubectl apply --server-side -f {manifest}: {done.stderr.decode().strip()}")
     running.sidecar_image = made.references["sidecar"]
-    return Installed(release=made, applied_sha256=hashlib.sha256(data).hexdigest())
+    return Installed(release=made, applied_sha256=hashlib.sha256(data).hexdigest(), build_seconds=built,
+                     push_seconds=pushed)
 
 
 def wait_leading(running: Any, *, timeout: float = READY_TIMEOUT_SECONDS) -> str:
@@ -110,6 +145,23 @@ def wait_leading(running: Any, *, timeout: float = READY_TIMEOUT_SECONDS) -> str
     raise InstallError(f"no Ready controller pod leads within {timeout:.0f}s ({last})")
 
 
+def controller_pods(api: Any) -> list[str]:
+    """One line per controller pod in NAMESPACE: its name, phase, readiness, and whether it holds the Lease."""
+    core = kubernetes.client.CoreV1Api(api)
+    try:
+        holder = kubernetes.client.CoordinationV1Api(api).read_namespaced_lease(
+            LEASE, NAMESPACE, _request_timeout=10).spec.holder_identity or ""
+    except kubernetes.client.ApiException:
+        holder = ""
+    lines = []
+    for pod in core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR, _request_timeout=10).items:
+        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        leads = bool(holder) and holder.startswith(pod.metadata.name)
+        lines.append(f"{NAMESPACE}/{pod.metadata.name} {pod.status.phase}{', Ready' if ready else ', not Ready'}"
+                     f"{', holds the Lease' if leads else ''}")
+    return lines
+
+
 def check(running: Any, installed: Installed) -> list[str]:
     """What the demo verifies; each line it prints. Raises InstallError on the first that fails."""
     leader = wait_leading(running)
@@ -130,3 +182,19 @@ def check(running: Any, installed: Installed) -> list[str]:
                 raise InstallError(f"pod {pod.metadata.name}: imageID {status.image_id!r}, not {repo}@{digest}")
         lines.append(f"pod {pod.metadata.name} on {pod.spec.node_name}: imageID {repo}@{digest}")
     return lines
+
+
+def main() -> int:
+    """`make release-images`: build this checkout's release images into local storage (what
+    `make demo`, `toolkit cluster up` and the e2e tests then push), and say how long it took."""
+    build = versioning.describe(bundle.REPO)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dispatch-release-images-") as tmp:
+        built = release_images(build, pathlib.Path(tmp))
+    print(f"release images {build.tag} (inputs {inputs_hash()}): {', '.join(built.values())} "
+          f"({time.monotonic() - start:.1f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

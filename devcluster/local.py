@@ -1,19 +1,21 @@
 """The local cluster for a person: `toolkit cluster up|down|status`.
 
 `up` starts the control plane, the real controllers (Trainer, JobSet, Kueue with its TrainJob
-integration, our admission-check controller), the cluster's registry (devcluster/registry.py), one
+integration), the cluster's registry (devcluster/registry.py), one
 real node (devcluster/node.py: the kubelet and kube-proxy of the same release, containerd, runc)
 and CoreDNS on it (devcluster/dns.py) in the background, writes the admin
 kubeconfig and records every process group with its leader's identity (devcluster/procs.py) in
-`<state>/pids.json`; `down` deletes the pods (so the kubelet tears each one down), stops those
+`<state>/pids.json`; our release is installed as a user installs it (devcluster/install.py: its images pushed to the
+registry, `<state>/release/controller.yaml` applied server-side), so that our controller runs as
+the Deployment's pods on the node; `down` deletes the pods (so the kubelet tears each one down), stops those
 groups that are still the ones recorded and sweeps the host clean if the node it records is this
-cluster's; `status` says whether the recorded processes live.
+cluster's; `status` says whether the recorded processes live, and lists our controller's pods.
 
 `start` is the one way a cluster comes up, for `up`, `make demo` and the e2e tests alike: the
 host's node slot (one node per host), the refusal of a host that runs a kubelet or kube-proxy of
 its own, a sweep of anything an earlier node left (a crash, a SIGKILL), the node address, the
-control plane, the controllers on it, then the registry and the node, then the cluster's DNS; if
-any step fails, what it started is stopped and the host swept before the error goes on.
+control plane, the controllers on it, then the registry and the node, then the cluster's DNS, then
+(given a release directory) our release and its Ready leader; if any step fails, what it started is stopped and the host swept before the error goes on.
 
 Invariants: at most one cluster per state directory (a second `up` is refused while a process
 recorded in `pids.json` lives; with all of them dead it is a crashed cluster, cleaned up first)
@@ -90,6 +92,7 @@ class Status:
     kubeconfig: pathlib.Path
     alive: list[str]
     dead: list[str]
+    pods: list[str] = dataclasses.field(default_factory=list)  # our controller's pods (install.controller_pods)
 
 
 def services_bin() -> pathlib.Path:
@@ -147,8 +150,8 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         running.node = node.start()
         dns.install(plane, registry, bin_dir=services)
         if release_dir is not None:
-            running.installed = install_mod.install(running, out_dir=release_dir)
-            install_mod.wait_leading(running)
+            installed = install_mod.install(running, out_dir=release_dir)
+            running.installed = dataclasses.replace(installed, leader=install_mod.wait_leading(running))
         running.swept = swept
         return running
     except BaseException:
@@ -184,6 +187,8 @@ class Up:
     kubeconfig: pathlib.Path
     swept: list[str]  # what an earlier cluster had left on the host (a crash), removed first
     registry: registry_mod.Registry  # the cluster's registry, to push to (`Registry.open(state)` later)
+    release: pathlib.Path  # the release bundle installed (its controller.yaml applied)
+    leader: str  # the controller pod that holds the Lease
 
 
 def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
@@ -222,7 +227,7 @@ def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
     tmp.write_text(json.dumps(groups))
     tmp.replace(state / "pids.json")
     return Up(kubeconfig=pathlib.Path(running.plane.kubeconfig), swept=list(running.swept),
-              registry=running.node.registry)
+              registry=running.node.registry, release=state / "release", leader=running.installed.leader)
 
 
 def status() -> Status:
@@ -232,7 +237,18 @@ def status() -> Status:
         return Status(up=False, kubeconfig=state / "admin.kubeconfig", alive=[], dead=[])
     alive = sorted(name for name, (pgid, recorded) in groups.items() if procs.is_ours(pgid, recorded))
     dead = sorted(name for name in groups if name not in alive)
-    return Status(up=True, kubeconfig=state / "admin.kubeconfig", alive=alive, dead=dead)
+    kubeconfig = state / "admin.kubeconfig"
+    pods: list[str] = []
+    if "kube-apiserver" in alive:
+        import kubernetes.client
+        import kubernetes.config
+
+        try:
+            with kubernetes.config.new_client_from_config(config_file=str(kubeconfig)) as api:
+                pods = install_mod.controller_pods(api)
+        except (kubernetes.client.ApiException, OSError, ValueError) as e:
+            pods = [f"unreadable: {str(e).splitlines()[0]}"]
+    return Status(up=True, kubeconfig=kubeconfig, alive=alive, dead=dead, pods=pods)
 
 
 def down() -> bool:
