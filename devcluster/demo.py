@@ -54,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import uuid
 from typing import Any
 
@@ -306,9 +307,11 @@ def main() -> int:
         say("demo: every expected outcome observed")
         return 0
     except (Failed, AssertionError, harness.HarnessError) as e:
-        print(f"demo: FAILED: {e}", file=sys.stderr)
+        print(f"demo: FAILED: {e or type(e).__name__}", file=sys.stderr)
         if running is not None:
             print(running.logs(lines=30), file=sys.stderr)
+        else:  # the cluster did not come up: where it failed
+            traceback.print_exc()
         return 1
     except Terminated:
         print("demo: stopped by SIGTERM; stopping the cluster", file=sys.stderr)

@@ -2,7 +2,9 @@
 
 `release_images(build, workdir)` (`make release-images`): this checkout's release images in local
 storage as `localhost/dispatch/NAME:TAG`, each labelled with a hash of what it is built from
-(INPUTS_LABEL), built only when no image of that tag carries the same hash.
+(INPUTS_LABEL), built only when no image of that tag carries the same hash; an image of another
+tag (another commit's) built from the same files is given this build's labels instead, its
+layers unchanged.
 
 `install(running, out_dir=D)`: release_images, then push them to the cluster's registry, render
 the bundle with release.bundle (every reference `REGISTRY_NAME/dispatch/NAME:TAG@sha256:...`,
@@ -87,11 +89,33 @@ def release_images(build: versioning.Build, workdir: pathlib.Path) -> dict[str, 
             found[name] = tag
     workdir.mkdir(parents=True, exist_ok=True)
     for name in (n for n in images.NAMES if n not in found):
+        tag = images.local_name(name, build.tag)
+        labels = {**images.labels(build, name=name, repo=contexts.REPO), INPUTS_LABEL: inputs}
         with tempfile.TemporaryDirectory(dir=workdir) as sub:
-            found[name] = contexts.build(name, tag=images.local_name(name, build.tag), workdir=pathlib.Path(sub),
-                                         labels={**images.labels(build, name=name, repo=contexts.REPO),
-                                                 INPUTS_LABEL: inputs})
+            same = _built_from(name, inputs)
+            if same:
+                found[name] = _relabel(same, tag=tag, labels=labels, workdir=pathlib.Path(sub))
+            else:
+                found[name] = contexts.build(name, tag=tag, workdir=pathlib.Path(sub), labels=labels)
     return found
+
+
+def _built_from(name: str, inputs: str) -> str | None:
+    """An image of NAME in local storage built from INPUTS (under another tag: another commit's)."""
+    done = contexts.podman("images", "--format", "{{.ID}}", "--filter", f"reference={images.local_name(name, '*')}",
+                           "--filter", f"label={INPUTS_LABEL}={inputs}")
+    ids = done.stdout.split() if done.returncode == 0 else []
+    return ids[0] if ids else None
+
+
+def _relabel(image: str, *, tag: str, labels: dict[str, str], workdir: pathlib.Path) -> str:
+    """TAG: IMAGE's layers (built from the same files) with this build's LABELS, so no layer is rebuilt."""
+    (workdir / "Containerfile").write_text(f"FROM {image}\n")
+    done = contexts.podman("build", "-q", *(f"--label={k}={v}" for k, v in labels.items()),
+                           "-f", str(workdir / "Containerfile"), "-t", tag, str(workdir), timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"podman build of {tag} from {image} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    return tag
 
 
 def kubectl(running: Any) -> pathlib.Path:
