@@ -86,7 +86,9 @@ def _stage_runtime(low: scenario.Scenario, marks: pathlib.Path) -> None:
     refusals = runtime_check.check(render.runtime(bad, sidecar_image=sidecar))
     expect(refusals, "a runtime that restarts in place is refused")
     say(f"  refused as expected: {refusals[0]}")
-    low.create_runtime(scenario.runtime("demo", cpu="900m", host_dirs={scenario.MARKS: marks}))
+    # 800m: two of its TrainJobs do not fit the ClusterQueue's 1500m (so the high one preempts), while
+    # the node's 2 CPUs hold one beside the plain-mode one, our controller's two pods and CoreDNS.
+    low.create_runtime(scenario.runtime("demo", cpu="800m", host_dirs={scenario.MARKS: marks}))
     say("  runtime 'demo' applied (restartPolicy Never, backoffLimit 0, the sidecar verifier added)")
 
 
