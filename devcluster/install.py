@@ -6,7 +6,8 @@ storage as `localhost/dispatch/NAME:TAG`, each labelled with a hash of what it i
 tag (another commit's) built from the same files is given this build's labels instead, its
 layers unchanged.
 
-`install(running, out_dir=D)`: release_images, then push them to the cluster's registry, render
+`prepare(D)`: release_images, before the cluster starts. `install(running, prepared, out_dir=D)`:
+push them to the cluster's registry, render
 the bundle with release.bundle (every reference `REGISTRY_NAME/dispatch/NAME:TAG@sha256:...`,
 REGISTRY_NAME the name the node's containerd resolves to that registry), and apply controller.yaml
 with `kubectl apply --server-side -f`, the kubectl built with the control plane. Our controller
@@ -124,16 +125,31 @@ def kubectl(running: Any) -> pathlib.Path:
     return harness.binary(local.KUBECTL, running.plane.bin_dir)
 
 
-def install(running: Any, *, out_dir: pathlib.Path) -> Installed:
-    """Push, render and apply the controller part of the release on RUNNING (a local.start Stack)."""
-    registry = running.node.registry
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    build: versioning.Build
+    local_images: dict[str, str]  # name -> the local image (release_images)
+    build_seconds: float
+
+
+def prepare(out_dir: pathlib.Path) -> Prepared:
+    """This checkout's build and its images in local storage (release_images), before the cluster
+    starts: a build does not hold the host's node slot."""
     build = versioning.describe(bundle.REPO)
     start = time.monotonic()
     local_images = release_images(build, out_dir / ".build")
-    built = time.monotonic() - start
+    return Prepared(build=build, local_images=local_images, build_seconds=time.monotonic() - start)
+
+
+def install(running: Any, prepared: Prepared, *, out_dir: pathlib.Path) -> Installed:
+    """Push PREPARED's images, render the bundle into OUT_DIR and apply its controller part on
+    RUNNING (a local.start Stack)."""
+    registry = running.node.registry
+    start = time.monotonic()
     made = bundle.build_release(registry=registry.name, out_dir=out_dir, push=registry.push,
-                                kubectl=kubectl(running), local_images=local_images)
-    pushed = time.monotonic() - start - built
+                                version=prepared.build.version, kubectl=kubectl(running),
+                                local_images=prepared.local_images)
+    built, pushed = prepared.build_seconds, time.monotonic() - start
     manifest = made.files["controller.yaml"]
     data = manifest.read_bytes()
     done = subprocess.run([str(kubectl(running)), "--kubeconfig", running.plane.kubeconfig, "apply",

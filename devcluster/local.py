@@ -119,6 +119,7 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     plane_bin = plane_bin or harness.build_binaries()
     controllers = controllers or stack_mod.build_binaries()
     services = services_bin()
+    prepared = install_mod.prepare(release_dir) if release_dir is not None else None
     # The slot first: another cluster's kubelet holds the node's ports until it is done with them.
     lock = node_mod.host_lock(wait=NODE_WAIT_SECONDS if wait_for_node else 0)
     try:
@@ -150,7 +151,8 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         running.node = node.start()
         dns.install(plane, registry, bin_dir=services)
         if release_dir is not None:
-            installed = install_mod.install(running, out_dir=release_dir)
+            assert prepared is not None
+            installed = install_mod.install(running, prepared, out_dir=release_dir)
             running.installed = dataclasses.replace(installed, leader=install_mod.wait_leading(running))
         running.swept = swept
         return running
