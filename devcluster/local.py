@@ -119,6 +119,8 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     plane_bin = plane_bin or harness.build_binaries()
     controllers = controllers or stack_mod.build_binaries()
     services = services_bin()
+    if release_dir is not None and not wait_for_node:
+        os.close(node_mod.host_lock(wait=0))  # refused at once, not after a build of the images
     prepared = install_mod.prepare(release_dir) if release_dir is not None else None
     # The slot first: another cluster's kubelet holds the node's ports until it is done with them.
     lock = node_mod.host_lock(wait=NODE_WAIT_SECONDS if wait_for_node else 0)
