@@ -61,7 +61,8 @@ from typing import Any
 import kubernetes.client
 
 from controller import admission
-from devcluster import demo_dispatch, demo_output, harness, install, local, node as node_mod, scenario, stack as stack_mod
+from devcluster import demo_dispatch, demo_output, harness, install, local, node as node_mod, scenario
+from devcluster import stack as stack_mod
 from toolkit import adapter, names, render, runtime_check
 
 Failed, say, expect = demo_output.Failed, demo_output.say, demo_output.expect

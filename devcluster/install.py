@@ -115,7 +115,8 @@ def _relabel(image: str, *, tag: str, labels: dict[str, str], workdir: pathlib.P
     done = contexts.podman("build", "-q", *(f"--label={k}={v}" for k, v in labels.items()),
                            "-f", str(workdir / "Containerfile"), "-t", tag, str(workdir), timeout=300)
     if done.returncode != 0:
-        raise RuntimeError(f"podman build of {tag} from {image} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"podman build of {tag} from {image} exited {done.returncode}: "
+                           f"{done.stderr.strip()[-2000:]}")
     return tag
 
 

@@ -1,21 +1,23 @@
 """The local cluster for a person: `toolkit cluster up|down|status`.
 
 `up` starts the control plane, the real controllers (Trainer, JobSet, Kueue with its TrainJob
-integration), the cluster's registry (devcluster/registry.py), one
-real node (devcluster/node.py: the kubelet and kube-proxy of the same release, containerd, runc)
-and CoreDNS on it (devcluster/dns.py) in the background, writes the admin
-kubeconfig and records every process group with its leader's identity (devcluster/procs.py) in
-`<state>/pids.json`; our release is installed as a user installs it (devcluster/install.py: its images pushed to the
-registry, `<state>/release/controller.yaml` applied server-side), so that our controller runs as
-the Deployment's pods on the node; `down` deletes the pods (so the kubelet tears each one down), stops those
-groups that are still the ones recorded and sweeps the host clean if the node it records is this
-cluster's; `status` says whether the recorded processes live, and lists our controller's pods.
+integration), the cluster's registry (devcluster/registry.py), one real node (devcluster/node.py:
+the kubelet and kube-proxy of the same release, containerd, runc) and CoreDNS on it
+(devcluster/dns.py) in the background, then installs our release as a user installs it
+(devcluster/install.py: its images pushed to the registry, `<state>/release/controller.yaml`
+applied server-side), so that our controller runs as the Deployment's pods on the node; it writes
+the admin kubeconfig and records every process group with its leader's identity
+(devcluster/procs.py) in `<state>/pids.json`. `down` deletes the pods (so the kubelet tears each
+one down), stops those groups that are still the ones recorded and sweeps the host clean if the
+node it records is this cluster's; `status` says whether the recorded processes live, and lists
+our controller's pods.
 
 `start` is the one way a cluster comes up, for `up`, `make demo` and the e2e tests alike: the
 host's node slot (one node per host), the refusal of a host that runs a kubelet or kube-proxy of
 its own, a sweep of anything an earlier node left (a crash, a SIGKILL), the node address, the
 control plane, the controllers on it, then the registry and the node, then the cluster's DNS, then
-(given a release directory) our release and its Ready leader; if any step fails, what it started is stopped and the host swept before the error goes on.
+(given a release directory) our release and its Ready leader; if any step fails, what it started
+is stopped and the host swept before the error goes on.
 
 Invariants: at most one cluster per state directory (a second `up` is refused while a process
 recorded in `pids.json` lives; with all of them dead it is a crashed cluster, cleaned up first)
@@ -35,7 +37,8 @@ import os
 import pathlib
 import shutil
 
-from devcluster import dns, harness, install as install_mod, node as node_mod, procs, registry as registry_mod, stack as stack_mod
+from devcluster import dns, harness, install as install_mod, node as node_mod, procs, registry as registry_mod
+from devcluster import stack as stack_mod
 
 # The images the local cluster's pods use, moved from podman's store into the node's containerd.
 # The sidecar the local cluster's runtimes name (render.runtime's sidecar_image): this checkout's build.
