@@ -13,7 +13,7 @@ local storage (built by the module's fixture before the clock starts, as
 time the demo reports for pushing them to its cluster's registry (a registry
 that exists only once the cluster is up): at most DEMO_BUDGET_SECONDS. The
 demo runs in its own process group; past DEMO_BUDGET_SECONDS plus
-PUSH_ALLOWANCE_SECONDS it is sent SIGTERM, which it turns into its normal
+PUSH_ALLOWANCE_SECONDS (or when the test ends otherwise) it is sent SIGTERM, which it turns into its normal
 cleanup, and either way nothing of its cluster may be left: no process names
 its directory, the directory is gone, the host shows nothing of its node.
 """
@@ -71,6 +71,8 @@ def _naming(path: str) -> list[str]:
     return found
 
 
+# pytest-timeout's bound: the node slot waited for twice (before, and by the demo), the run, its cleanup.
+@pytest.mark.timeout(2 * local.NODE_WAIT_SECONDS + DEMO_BUDGET_SECONDS + PUSH_ALLOWANCE_SECONDS + CLEANUP_SECONDS)
 def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule(release_images: dict[str, str]) -> None:
     before = _host_snapshot()
     began = time.monotonic()
@@ -84,6 +86,10 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule(release_i
         os.killpg(demo.pid, signal.SIGTERM)
         out, err = demo.communicate(timeout=CLEANUP_SECONDS)
         timed_out = True
+    finally:  # whatever ended the wait (pytest-timeout's among them), the demo is not left behind
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGTERM)
+            demo.wait(timeout=CLEANUP_SECONDS)
     elapsed = time.monotonic() - began
     workdir = re.search(r"the cluster's directory: (\S+)", out)
     assert workdir, out + err
