@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv release release-registry images controlplane controllers objectstores torch-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
+.PHONY: deps venv release release-registry release-images images controlplane controllers objectstores torch-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
 deps:
 	sh scripts/install-host-packages.sh
@@ -36,6 +36,12 @@ release: release-registry venv images controlplane
 release-registry:
 	@test -n "$(REGISTRY)" || { echo "make release: REGISTRY=HOST[:PORT][/PATH] is required" >&2; exit 2; }
 
+# This checkout's release images (controller, dispatcher, sidecar, test driver) built into local
+# storage, kept while what they are built from is unchanged (devcluster/install.py); `make demo`,
+# `toolkit cluster up` and the e2e tests push them to the local cluster's registry.
+release-images: venv images
+	$(PY) -m devcluster.install
+
 controlplane: deps
 	bash devcluster/build-controlplane.sh
 
@@ -53,7 +59,7 @@ objectstores: deps
 torch-venv: deps
 	bash devcluster/build-torch-venv.sh
 
-e2e: venv images controlplane controllers
+e2e: venv images release-images controlplane controllers
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e
 
 test: venv images controlplane controllers objectstores torch-venv
@@ -77,14 +83,14 @@ test-python: venv images controlplane objectstores torch-venv
 
 # The whole system on the local cluster (devcluster/demo.py); it builds the cluster first (cached),
 # with a line per build step.
-demo: venv images
+demo: venv images release-images
 	$(PY) -m devcluster.demo
 
 # The prologue alone, in the three local images.
 demo-prologue: venv images
 	bash scripts/demo.sh
 
-cluster-up: venv images
+cluster-up: venv images release-images
 	$(VENV)/bin/toolkit cluster up
 
 cluster-down: venv

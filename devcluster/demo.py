@@ -38,39 +38,58 @@ one and the TrainJob is flagged foreign).
 
 Invariant: the demo leaves nothing running; the cluster and every process
 and container it started are stopped on every path (the harness's own
-guarantees, plus a `finally`).
+guarantees, plus a `finally`). SIGTERM is one of those paths: it ends the
+demo through the same cleanup (exit 143), and a second SIGTERM during the
+cleanup is ignored. The first line after the builds names the cluster's
+directory, removed at the end, so that a caller can check that nothing names
+it any more.
 """
 
 from __future__ import annotations
 
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import uuid
 from typing import Any
 
 import kubernetes.client
 
 from controller import admission
-from devcluster import demo_dispatch, demo_output, harness, local, node as node_mod, scenario, stack as stack_mod
+from devcluster import demo_dispatch, demo_output, harness, install, local, node as node_mod, scenario
+from devcluster import stack as stack_mod
 from toolkit import adapter, names, render, runtime_check
 
 Failed, say, expect = demo_output.Failed, demo_output.say, demo_output.expect
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: the demo stops through its normal cleanup."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup itself is not interrupted
+    raise Terminated()
+
+
 def _stage_runtime(low: scenario.Scenario, marks: pathlib.Path) -> None:
     say("runtime: toolkit render runtime + check-runtime")
-    fit = render.runtime(scenario.runtime("demo", cpu="1"), sidecar_image=local.SIDECAR_IMAGE)
+    sidecar = low.stack.sidecar_image or local.SIDECAR_IMAGE
+    fit = render.runtime(scenario.runtime("demo", cpu="1"), sidecar_image=sidecar)
     expect(runtime_check.check(fit) == [], "the rendered runtime passes check-runtime")
     bad = scenario.runtime("in-place")
     bad["spec"]["template"]["spec"]["failurePolicy"]["restartStrategy"] = "InPlaceRestart"
-    refusals = runtime_check.check(render.runtime(bad, sidecar_image=local.SIDECAR_IMAGE))
+    refusals = runtime_check.check(render.runtime(bad, sidecar_image=sidecar))
     expect(refusals, "a runtime that restarts in place is refused")
     say(f"  refused as expected: {refusals[0]}")
-    low.create_runtime(scenario.runtime("demo", cpu="900m", host_dirs={scenario.MARKS: marks}))
+    # 800m: two of its TrainJobs do not fit the ClusterQueue's 1500m (so the high one preempts), while
+    # the node's 2 CPUs hold one beside the plain-mode one, our controller's two pods and CoreDNS.
+    low.create_runtime(scenario.runtime("demo", cpu="800m", host_dirs={scenario.MARKS: marks}))
     say("  runtime 'demo' applied (restartPolicy Never, backoffLimit 0, the sidecar verifier added)")
 
 
@@ -237,6 +256,7 @@ def _table(jobs: list[tuple[str, scenario.Scenario]]) -> bool:
 
 
 def main() -> int:
+    signal.signal(signal.SIGTERM, _on_sigterm)
     say("building the local cluster (cached after the first run: about 20 min on 2 cores the first time)")
     start = time.monotonic()
     plane_bin = harness.build_binaries()
@@ -250,11 +270,16 @@ def main() -> int:
     say(f"  CoreDNS, the registry: {services_bin} ({time.monotonic() - start:.1f}s)")
     running: stack_mod.Stack | None = None
     marks = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-demo-marks-"))
+    release_dir = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-demo-release-"))
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-cp-"))
     try:
+        say(f"the cluster's directory: {workdir}")
         say("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, then Trainer, JobSet, "
-            "Kueue (webhooks served on 127.0.0.1) and our controller, then the registry and the node: containerd, "
-            "kubelet, kube-proxy, and CoreDNS on it")
-        running = local.start(plane_bin=plane_bin, controllers=controllers_bin)
+            "Kueue (webhooks served on 127.0.0.1), then the registry and the node: containerd, "
+            "kubelet, kube-proxy, and CoreDNS on it; then our release installed as a user installs it: "
+            "its images pushed to the registry, controller.yaml applied with kubectl apply --server-side")
+        running = local.start(plane_bin=plane_bin, controllers=controllers_bin, release_dir=release_dir,
+                              workdir=workdir)
         if running.swept:
             say(f"  cleaned up after an earlier node first: {'; '.join(running.swept)}")
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
@@ -262,6 +287,16 @@ def main() -> int:
             harness.create_namespace(api, namespace)
         say(f"cluster up: node {node_mod.NODE_NAME} Ready (kubelet + containerd), CoreDNS serving "
             f"{node_mod.CLUSTER_DOMAIN}, registry {running.node.registry.name}; namespace {namespace}")
+        installed = running.installed
+        say(f"our controller runs from the release {installed.release.build.tag} as pods (its images: "
+            f"{installed.build_seconds:.1f}s to build or find in local storage, pushed and the bundle rendered "
+            f"in {installed.push_seconds:.1f}s):")
+        try:
+            for line in install.check(running, running.installed):
+                say(f"  {line}")
+        except install.InstallError as e:
+            raise Failed(str(e)) from None
+        say(f"  the runtimes name the release's sidecar {running.sidecar_image}")
         jobs = _story(running, namespace, namespace, marks)
         demo_dispatch.stage(running, namespace)
         ok = _table(jobs)
@@ -275,16 +310,23 @@ def main() -> int:
         say("demo: every expected outcome observed")
         return 0
     except (Failed, AssertionError, harness.HarnessError) as e:
-        print(f"demo: FAILED: {e}", file=sys.stderr)
+        print(f"demo: FAILED: {e or type(e).__name__}", file=sys.stderr)
         if running is not None:
             print(running.logs(lines=30), file=sys.stderr)
+        else:  # the cluster did not come up: where it failed
+            traceback.print_exc()
         return 1
+    except Terminated:
+        print("demo: stopped by SIGTERM; stopping the cluster", file=sys.stderr)
+        return 143
     finally:
         if running is not None:
             running.stop()
             stack_mod.clean_up(running.started)
             running.plane.stop()
         shutil.rmtree(marks, ignore_errors=True)
+        shutil.rmtree(release_dir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,23 @@
 """The local cluster for a person: `toolkit cluster up|down|status`.
 
 `up` starts the control plane, the real controllers (Trainer, JobSet, Kueue with its TrainJob
-integration, our admission-check controller), the cluster's registry (devcluster/registry.py), one
-real node (devcluster/node.py: the kubelet and kube-proxy of the same release, containerd, runc)
-and CoreDNS on it (devcluster/dns.py) in the background, writes the admin
-kubeconfig and records every process group with its leader's identity (devcluster/procs.py) in
-`<state>/pids.json`; `down` deletes the pods (so the kubelet tears each one down), stops those
-groups that are still the ones recorded and sweeps the host clean if the node it records is this
-cluster's; `status` says whether the recorded processes live.
+integration), the cluster's registry (devcluster/registry.py), one real node (devcluster/node.py:
+the kubelet and kube-proxy of the same release, containerd, runc) and CoreDNS on it
+(devcluster/dns.py) in the background, then installs our release as a user installs it
+(devcluster/install.py: its images pushed to the registry, `<state>/release/controller.yaml`
+applied server-side), so that our controller runs as the Deployment's pods on the node; it writes
+the admin kubeconfig and records every process group with its leader's identity
+(devcluster/procs.py) in `<state>/pids.json`. `down` deletes the pods (so the kubelet tears each
+one down), stops those groups that are still the ones recorded and sweeps the host clean if the
+node it records is this cluster's; `status` says whether the recorded processes live, and lists
+our controller's pods.
 
 `start` is the one way a cluster comes up, for `up`, `make demo` and the e2e tests alike: the
 host's node slot (one node per host), the refusal of a host that runs a kubelet or kube-proxy of
 its own, a sweep of anything an earlier node left (a crash, a SIGKILL), the node address, the
-control plane, the controllers on it, then the registry and the node, then the cluster's DNS; if
-any step fails, what it started is stopped and the host swept before the error goes on.
+control plane, the controllers on it, then the registry and the node, then the cluster's DNS, then
+(given a release directory) our release and its Ready leader; if any step fails, what it started
+is stopped and the host swept before the error goes on.
 
 Invariants: at most one cluster per state directory (a second `up` is refused while a process
 recorded in `pids.json` lives; with all of them dead it is a crashed cluster, cleaned up first)
@@ -33,7 +37,8 @@ import os
 import pathlib
 import shutil
 
-from devcluster import dns, harness, node as node_mod, procs, registry as registry_mod, stack as stack_mod
+from devcluster import dns, harness, install as install_mod, node as node_mod, procs, registry as registry_mod
+from devcluster import stack as stack_mod
 
 # The images the local cluster's pods use, moved from podman's store into the node's containerd.
 # The sidecar the local cluster's runtimes name (render.runtime's sidecar_image): this checkout's build.
@@ -90,6 +95,7 @@ class Status:
     kubeconfig: pathlib.Path
     alive: list[str]
     dead: list[str]
+    pods: list[str] = dataclasses.field(default_factory=list)  # our controller's pods (install.controller_pods)
 
 
 def services_bin() -> pathlib.Path:
@@ -99,7 +105,8 @@ def services_bin() -> pathlib.Path:
 
 def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
           workdir: pathlib.Path | None = None, detach: bool = False, wait_for_node: bool = True,
-          images: tuple[str, ...] = NODE_IMAGES, registry_name: str = registry_mod.DEFAULT_NAME) -> stack_mod.Stack:
+          images: tuple[str, ...] = NODE_IMAGES, registry_name: str = registry_mod.DEFAULT_NAME,
+          release_dir: pathlib.Path | None = None) -> stack_mod.Stack:
     """Start the control plane, the controllers on it (Trainer and JobSet unless not TRAINING;
     Kueue and ours too if KUEUE), the registry (named REGISTRY_NAME in image references), the
     real node, and CoreDNS on it; return the Stack (its `plane` and `node` attributes are the
@@ -107,11 +114,17 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     and the registry), then the plane.
 
     WAIT_FOR_NODE: wait while another cluster's node holds this host (tests), else refuse at once.
+    RELEASE_DIR: install our release as a user does (devcluster/install.py: the bundle written
+    there, its images pushed to the registry, controller.yaml applied), so that our controller runs
+    as the Deployment's pods instead of a host process; `running.installed` is what was installed.
     On any failure, stops what it started and sweeps the host, then re-raises."""
     registry_mod.check_name(registry_name)
     plane_bin = plane_bin or harness.build_binaries()
     controllers = controllers or stack_mod.build_binaries()
     services = services_bin()
+    if release_dir is not None and not wait_for_node:
+        os.close(node_mod.host_lock(wait=0))  # refused at once, not after a build of the images
+    prepared = install_mod.prepare(release_dir) if release_dir is not None else None
     # The slot first: another cluster's kubelet holds the node's ports until it is done with them.
     lock = node_mod.host_lock(wait=NODE_WAIT_SECONDS if wait_for_node else 0)
     try:
@@ -135,12 +148,17 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         swept = node_mod.sweep()
         node_mod.prepare_host(owner=owner(plane.workdir))
         plane.start()
-        running = stack_mod.Stack(plane, kueue=kueue, training=training, bin_dir=controllers).start()
+        running = stack_mod.Stack(plane, kueue=kueue, training=training, bin_dir=controllers,
+                                  host_controller=release_dir is None).start()
         registry = registry_mod.Registry(plane, bin_dir=services, name=registry_name)
         node = node_mod.Node(plane, plane_bin=plane_bin, controllers_bin=controllers, images=images,
                              cache=cache_dir(), lock_fd=lock, registry=registry)
         running.node = node.start()
         dns.install(plane, registry, bin_dir=services)
+        if release_dir is not None:
+            assert prepared is not None
+            installed = install_mod.install(running, prepared, out_dir=release_dir)
+            running.installed = dataclasses.replace(installed, leader=install_mod.wait_leading(running))
         running.swept = swept
         return running
     except BaseException:
@@ -176,6 +194,8 @@ class Up:
     kubeconfig: pathlib.Path
     swept: list[str]  # what an earlier cluster had left on the host (a crash), removed first
     registry: registry_mod.Registry  # the cluster's registry, to push to (`Registry.open(state)` later)
+    release: pathlib.Path  # the release bundle installed (its controller.yaml applied)
+    leader: str  # the controller pod that holds the Lease
 
 
 def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
@@ -201,8 +221,8 @@ def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
         plane_bin = harness.build_binaries()
         controllers = stack_mod.build_binaries()
         running = start(plane_bin=plane_bin, controllers=controllers, workdir=state, detach=True,
-                        wait_for_node=False, registry_name=registry_name)
-    except (harness.HarnessError, OSError) as e:
+                        wait_for_node=False, registry_name=registry_name, release_dir=state / "release")
+    except (harness.HarnessError, OSError, RuntimeError) as e:
         shutil.rmtree(state, ignore_errors=True)
         raise ClusterError(str(e).splitlines()[0]) from None
     (state / "bin").mkdir(exist_ok=True)
@@ -214,7 +234,7 @@ def up(*, registry_name: str = registry_mod.DEFAULT_NAME) -> Up:
     tmp.write_text(json.dumps(groups))
     tmp.replace(state / "pids.json")
     return Up(kubeconfig=pathlib.Path(running.plane.kubeconfig), swept=list(running.swept),
-              registry=running.node.registry)
+              registry=running.node.registry, release=state / "release", leader=running.installed.leader)
 
 
 def status() -> Status:
@@ -224,7 +244,18 @@ def status() -> Status:
         return Status(up=False, kubeconfig=state / "admin.kubeconfig", alive=[], dead=[])
     alive = sorted(name for name, (pgid, recorded) in groups.items() if procs.is_ours(pgid, recorded))
     dead = sorted(name for name in groups if name not in alive)
-    return Status(up=True, kubeconfig=state / "admin.kubeconfig", alive=alive, dead=dead)
+    kubeconfig = state / "admin.kubeconfig"
+    pods: list[str] = []
+    if "kube-apiserver" in alive:
+        import kubernetes.client
+        import kubernetes.config
+
+        try:
+            with kubernetes.config.new_client_from_config(config_file=str(kubeconfig)) as api:
+                pods = install_mod.controller_pods(api)
+        except (kubernetes.client.ApiException, OSError, ValueError) as e:
+            pods = [f"unreadable: {str(e).splitlines()[0]}"]
+    return Status(up=True, kubeconfig=kubeconfig, alive=alive, dead=dead, pods=pods)
 
 
 def down() -> bool:

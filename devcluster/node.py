@@ -840,11 +840,22 @@ def node_process(name: str, argv: list[str], log_dir: pathlib.Path, *, env: dict
 
 def delete_pods(kubeconfig: str, *, timeout: float) -> None:
     """Delete every pod and wait (at most TIMEOUT) until the kubelet has torn each one down: it
-    removes the object last, after the containers, the volumes and the sandbox. Best effort: an
-    unreachable apiserver leaves the rest to the sweep."""
+    removes the object last, after the containers, the volumes and the sandbox. The workloads that
+    would make their pods again (Deployments, then ReplicaSets, StatefulSets, DaemonSets, Jobs; the
+    kube-controller-manager still runs) go first, their pods orphaned and deleted here with the
+    rest. Best effort: an unreachable apiserver leaves the rest to the sweep."""
     try:
         with kubernetes.config.new_client_from_config(config_file=kubeconfig) as api:
             core = kubernetes.client.CoreV1Api(api)
+            apps, batch = kubernetes.client.AppsV1Api(api), kubernetes.client.BatchV1Api(api)
+            for listed, delete in ((apps.list_deployment_for_all_namespaces, apps.delete_namespaced_deployment),
+                                   (apps.list_replica_set_for_all_namespaces, apps.delete_namespaced_replica_set),
+                                   (apps.list_stateful_set_for_all_namespaces, apps.delete_namespaced_stateful_set),
+                                   (apps.list_daemon_set_for_all_namespaces, apps.delete_namespaced_daemon_set),
+                                   (batch.list_job_for_all_namespaces, batch.delete_namespaced_job)):
+                for obj in listed(_request_timeout=10).items:
+                    with contextlib.suppress(kubernetes.client.ApiException):
+                        delete(obj.metadata.name, obj.metadata.namespace, propagation_policy="Orphan")
             for pod in core.list_pod_for_all_namespaces(_request_timeout=10).items:
                 with contextlib.suppress(kubernetes.client.ApiException):
                     core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=1)

@@ -149,7 +149,7 @@ class Scenario:
                         raise
 
     def create_runtime(self, doc: dict[str, Any], *, fit: bool = True) -> None:
-        body = render.runtime(doc, sidecar_image=local.SIDECAR_IMAGE) if fit else doc
+        body = render.runtime(doc, sidecar_image=getattr(self.stack, "sidecar_image", None) or local.SIDECAR_IMAGE) if fit else doc
         self.custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", self.namespace,
                                                     "trainingruntimes", body)
 

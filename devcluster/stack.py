@@ -137,13 +137,19 @@ class Stack:
     """
 
     def __init__(self, plane: Any, *, kueue: bool = False, kwok: bool = False, training: bool = True,
-                 bin_dir: pathlib.Path | None = None) -> None:
-        """TRAINING=False: none of Trainer, JobSet, Kueue (a cluster for the dispatcher alone)."""
+                 bin_dir: pathlib.Path | None = None, host_controller: bool = True) -> None:
+        """TRAINING=False: none of Trainer, JobSet, Kueue (a cluster for the dispatcher alone).
+        HOST_CONTROLLER=False: with Kueue, our controller is not started here (the release's
+        pods run it: devcluster/install.py)."""
         self.plane = plane
         self.training = training
         self.bin_dir = bin_dir or build_binaries()
         self.kueue = kueue
         self.kwok = kwok
+        self.host_controller = host_controller
+        # The sidecar image the runtimes name: the release's once installed (devcluster/install.py).
+        self.sidecar_image: str | None = None
+        self.installed: Any = None  # devcluster/install.Installed, when the release runs our controller
         self.node: Any = None  # the real node (devcluster/node.py), set by local.start
         self.swept: list[str] = []  # what the start had to clean up after an earlier node
         self.workdir = pathlib.Path(plane.workdir) / "e2e"
@@ -175,7 +181,7 @@ class Stack:
                     self._start_kueue(api)
             if self.kwok:
                 self._start_kwok()
-            if self.kueue:
+            if self.kueue and self.host_controller:
                 self._start_dispatch_controller()
         except BaseException:
             self.stop()

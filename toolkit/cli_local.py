@@ -52,6 +52,8 @@ def up_cmd(registry_name: str) -> None:
     if started.swept:
         click.echo(f"cleaned up after an earlier cluster first: {'; '.join(started.swept)}", err=True)
     click.echo(f"cluster up; logs in {kubeconfig.parent / 'logs'}; stop with `toolkit cluster down`", err=True)
+    click.echo(f"our release installed from {started.release}: controller.yaml applied, its controller runs as "
+               f"pods in dispatch-system ({started.leader} holds the Lease)", err=True)
     reg = started.registry
     click.echo(f"its registry {reg.name} is at {reg.endpoint}: podman push --authfile {reg.authfile} --cert-dir "
                f"{reg.cert_dir} IMAGE docker://{reg.endpoint}/REPOSITORY:TAG, then run {reg.name}/REPOSITORY@DIGEST",
@@ -80,5 +82,6 @@ def status_cmd() -> None:
         raise cli.with_context(click.ClickException("no cluster is up (`toolkit cluster up`)"))
     click.echo(f"KUBECONFIG={st.kubeconfig}")
     click.echo(f"running: {', '.join(st.alive) or '-'}")
+    click.echo(f"our controller's pods: {'; '.join(st.pods) or '-'}")
     if st.dead:
         raise cli.with_context(click.ClickException(f"not running: {', '.join(st.dead)}"))

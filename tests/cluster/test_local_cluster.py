@@ -1,8 +1,10 @@
 """`toolkit cluster up|down|status` (devcluster/local.py) as a person runs it:
 up starts the control plane, the real controllers and the real node (kubelet,
-kube-proxy, containerd) in the background and prints the kubeconfig, which
-reaches a cluster whose one node runs a person's pod for real; a second up is
-refused; status names every live component; down leaves nothing running. A
+kube-proxy, containerd) in the background, installs our release from its
+manifests (our controller runs as the Deployment's pods, one of them holding
+the Lease) and prints the kubeconfig, which reaches a cluster whose one node
+runs a person's pod for real; a second up is refused; status names every live
+component and our controller's pods; down leaves nothing running. A
 missing podman or an unwritable cache dir is one line naming the cause.
 """
 
@@ -73,6 +75,10 @@ def test_up_status_down_a_whole_local_cluster(tmp_path: pathlib.Path) -> None:
         # `up` says how to push to the cluster's registry, whose state is in the state dir.
         assert "its registry registry.dispatch.test is at 127.0.0.1:" in started.stderr
         assert (tmp_path / "state" / "registry" / "registry.json").exists()
+        # Our release, installed from its bundle: the controller runs as pods, not as a process of `up`.
+        assert "our release installed from " in started.stderr and "holds the Lease" in started.stderr
+        assert (tmp_path / "state" / "release" / "controller.yaml").exists()
+        assert not any("controller" in name and "dispatch" in name for name in groups), groups
         again = cluster("up", env=env)
         assert again.returncode == 1 and again.stderr.count("\n") == 1, again.stderr
         assert "a cluster is already up" in again.stderr
@@ -81,6 +87,10 @@ def test_up_status_down_a_whole_local_cluster(tmp_path: pathlib.Path) -> None:
         for name in ("kube-apiserver", "trainer-controller-manager", "jobset-controller", "kueue", "containerd",
                      "kubelet", "kube-proxy", "registry"):
             assert name in status.stdout
+        pods = next(line for line in status.stdout.splitlines() if line.startswith("our controller's pods: "))
+        assert pods.count("dispatch-system/dispatch-controller-") == 2, pods
+        # The replica that holds the Lease is Ready; the other is live and Ready only once it takes the Lease over.
+        assert pods.count("Running, Ready, holds the Lease") == 1 and pods.count("Running, not Ready") == 1, pods
     finally:
         stopped = cluster("down", env=env)
     assert stopped.returncode == 0 and "cluster down" in stopped.stderr

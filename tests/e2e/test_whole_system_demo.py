@@ -4,7 +4,18 @@ and ends with a table in which, per TrainJob, every execution's epoch is above
 every earlier one's, except the one the hand-deleted JobSet made repeat, which
 is flagged foreign. This test reads the table itself, so a demo that printed
 a wrong table and still exited 0 fails here; and the lines of the sidecar's
-Event and of the dispatcher stage.
+Event and of the dispatcher stage, and those that say our controller runs as
+the release's pods.
+
+What is timed: the demo's run once this checkout's release images are in
+local storage (built by the module's fixture before the clock starts, as
+`make demo` builds them in `make release-images` before it runs), less the
+time the demo reports for pushing them to its cluster's registry (a registry
+that exists only once the cluster is up): at most DEMO_BUDGET_SECONDS. The
+demo runs in its own process group; past DEMO_BUDGET_SECONDS plus
+PUSH_ALLOWANCE_SECONDS (or when the test ends otherwise) it is sent SIGTERM, which it turns into its normal
+cleanup, and either way nothing of its cluster may be left: no process names
+its directory, the directory is gone, the host shows nothing of its node.
 """
 
 from __future__ import annotations
@@ -12,21 +23,91 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
+
+from devcluster import install, local, node as node_mod
+from release import bundle, version as versioning
 
 pytestmark = pytest.mark.cluster
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+DEMO_BUDGET_SECONDS = 400.0
+PUSH_ALLOWANCE_SECONDS = 120.0  # the push to the cluster's registry, reported by the demo and not timed
+CLEANUP_SECONDS = 180.0  # after SIGTERM, for the demo's own cleanup
 
 
-def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule() -> None:
-    proc = subprocess.run([sys.executable, "-m", "devcluster.demo"], cwd=REPO, capture_output=True, text=True,
-                          timeout=400, check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
+@pytest.fixture(scope="module")
+def release_images() -> dict[str, str]:
+    """This checkout's release images in local storage, built (or found) before the timed run."""
+    with tempfile.TemporaryDirectory(prefix="dispatch-release-images-") as tmp:
+        return install.release_images(versioning.describe(bundle.REPO), pathlib.Path(tmp))
+
+
+def _host_snapshot() -> dict[str, object]:
+    lock = node_mod.host_lock(wait=local.NODE_WAIT_SECONDS)
+    try:
+        return node_mod.host_snapshot()
+    finally:
+        os.close(lock)
+
+
+def _naming(path: str) -> list[str]:
+    """The processes whose command line names PATH."""
+    found = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if path in cmdline:
+                found.append(f"{proc.name}: {cmdline[:200]}")
+    return found
+
+
+# pytest-timeout's bound: the node slot waited for twice (before, and by the demo), the run, its cleanup.
+@pytest.mark.timeout(2 * local.NODE_WAIT_SECONDS + DEMO_BUDGET_SECONDS + PUSH_ALLOWANCE_SECONDS + CLEANUP_SECONDS)
+def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule(release_images: dict[str, str]) -> None:
+    before = _host_snapshot()
+    began = time.monotonic()
+    demo = subprocess.Popen([sys.executable, "-m", "devcluster.demo"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        out, err = demo.communicate(timeout=DEMO_BUDGET_SECONDS + PUSH_ALLOWANCE_SECONDS)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        os.killpg(demo.pid, signal.SIGTERM)
+        out, err = demo.communicate(timeout=CLEANUP_SECONDS)
+        timed_out = True
+    finally:  # whatever ended the wait (pytest-timeout's among them), the demo is not left behind
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGTERM)
+            demo.wait(timeout=CLEANUP_SECONDS)
+    elapsed = time.monotonic() - began
+    workdir = re.search(r"the cluster's directory: (\S+)", out)
+    assert workdir, out + err
+    assert not _naming(workdir[1]), _naming(workdir[1])
+    assert not pathlib.Path(workdir[1]).exists()
+    after = _host_snapshot()
+    assert {k: (before[k], after[k]) for k in before if before[k] != after[k]} == {}
+    assert not timed_out, f"the demo ran past {DEMO_BUDGET_SECONDS + PUSH_ALLOWANCE_SECONDS:.0f}s:\n{out}{err}"
+    assert demo.returncode == 0, out + err
+    pushed = re.search(r"pushed and the bundle rendered in ([0-9.]+)s", out)
+    assert pushed, out
+    assert elapsed - float(pushed[1]) <= DEMO_BUDGET_SECONDS, (elapsed, pushed[1])
+    # Our controller runs as the release's pods: the Lease holder, the manifest applied as released,
+    # each pod's image pulled from the registry by its digest.
+    assert re.search(r"the Lease dispatch-system/dispatch-controller is held by pod dispatch-controller-", out), out
+    assert "controller.yaml applied as released: sha256 " in out, out
+    assert len(re.findall(r"pod dispatch-controller-\S+ on \S+: imageID \S+@sha256:[0-9a-f]{64}", out)) == 2, out
+    lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("TrainJob "))
     end = next(i for i in range(start, len(lines)) if lines[i].startswith("["))
     rows = [line.split(None, 7) for line in lines[start + 2:end] if line.strip()]
@@ -52,7 +133,7 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule() -> None
     for r in rows:
         assert int(r[4]) == int(r[2]) + int(r[3])
         assert r[6].endswith(f".{r[2]}.{r[3]}"), r
-    assert "flagged foreign: JobSet UID " in proc.stdout
+    assert "flagged foreign: JobSet UID " in out
     # The sidecar's own report, as `kubectl describe trainjob` shows it.
     described = [line for line in lines if "Warning DispatchIdentityViolation" in line]
     assert described and "jobset-uid: JobSet UID " in described[0] and "dispatch-sidecar" in described[0], lines
@@ -67,4 +148,4 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule() -> None
     assert all(1 <= peak <= limit for peak, limit in peaks.values()), done
     assert any("reported failed: reason OOMKilled, exit code 137, log tail 'step 40" in line for line in lines), lines
     assert any("its orphaned sandbox pod sandbox-" in line and line.endswith("was reaped") for line in lines), lines
-    assert "refused as expected: spec.template.spec.failurePolicy.restartStrategy" in proc.stdout
+    assert "refused as expected: spec.template.spec.failurePolicy.restartStrategy" in out
