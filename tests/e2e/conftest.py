@@ -64,9 +64,11 @@ def leaves_nothing_running() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
-    """A module sets E2E_KUEUE = True to run Kueue and our controller too."""
+    """A module sets E2E_KUEUE = True to run Kueue and our controller too, E2E_OURS = False to run
+    nothing of ours (a cluster to install into)."""
     kueue = bool(getattr(request.module, "E2E_KUEUE", False))
-    running = local.start(kueue=kueue)  # stops what it started if it fails
+    ours = bool(getattr(request.module, "E2E_OURS", True))
+    running = local.start(kueue=kueue, ours=ours)  # stops what it started if it fails
     _started.extend(running.plane.groups().items())
     _live.append(running)
     try:
