@@ -62,7 +62,7 @@ torch-venv: deps
 e2e: venv images release-images controlplane controllers
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e
 
-test: venv images controlplane controllers objectstores torch-venv
+test: venv images release-images controlplane controllers objectstores torch-venv
 	bash scripts/run-tests.sh
 
 # The fault suite alone (docs/e2e.md, "Faults"); `make test` runs it too.
