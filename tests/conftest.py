@@ -125,6 +125,7 @@ def _keep_logs(item: pytest.Item, plane: harness.ControlPlane | harness.Existing
     return dest
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marks into the units
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The unit of work of `--dist loadgroup`: the node group, else the test's module."""
     for item in items:
