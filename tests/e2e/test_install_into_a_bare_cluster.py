@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
-import time
 from typing import Any
 
 import kubernetes.client
 
 from devcluster import install, scenario as flow, stack as stack_mod
 from devcluster.scenario import KUEUE_API, Scenario
+from tests import waiting
 from toolkit import names
 
 E2E_KUEUE = True  # Trainer, JobSet and Kueue
@@ -35,12 +35,7 @@ WAIT_SECONDS = 180.0
 
 
 def wait(what: str, predicate: Any, *, timeout: float = WAIT_SECONDS) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
-    return found
+    return waiting.until(what, predicate, timeout=timeout, interval=0.5)
 
 
 def kubectl(stack: stack_mod.Stack, *args: str) -> str:

@@ -6,7 +6,6 @@ containerd's task list, the kernel's /proc); nothing writes a status a component
 
 from __future__ import annotations
 
-import fcntl
 import os
 import pathlib
 import subprocess
@@ -142,17 +141,13 @@ def refusal(done: subprocess.CompletedProcess[str], *, command: str = "toolkit c
     return lines[-1]
 
 
+SLOT_WAIT_SECONDS = 900.0  # another cluster's node holds the host at most this long
 NODE_TAKEN = "a node of the local cluster is already running"  # `toolkit cluster up`'s refusal
 
 
 def wait_for_the_slot() -> None:
     """Until no other cluster's node holds the host's slot (it is free again when this returns)."""
-    node_mod.LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(node_mod.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    finally:
-        os.close(fd)
+    os.close(node_mod.host_lock(wait=SLOT_WAIT_SECONDS))
 
 
 def when_the_slot_is_free(attempt: Callable[[], subprocess.CompletedProcess[str]]) -> subprocess.CompletedProcess[str]:
