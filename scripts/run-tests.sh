@@ -22,8 +22,7 @@ if [[ $what == prologue ]]; then
   pytest -p no:cacheprovider tests/prologue tests/images || failed=1
 fi
 if [[ $what == all || $what == python ]]; then
-  # Two workers: one runs the tests on the host's real node, one after another (there is one
-  # node per host); the other runs the rest meanwhile (tests/conftest.py). The slowest 25 last.
-  pytest -p no:cacheprovider -n 2 --dist loadgroup --durations=25 tests || failed=1
+  # The slowest 25 tests are listed at the end of every run.
+  pytest -p no:cacheprovider --durations=25 tests || failed=1
 fi
 exit $failed

@@ -14,11 +14,6 @@ Interface (others import and rely on it; keep it stable):
   the module. A suite overrides `control_plane` with it to run on the node
   (tests/dispatcher/conftest.py).
 
-`make test` runs the suite in two workers (`pytest -n 2 --dist loadgroup`, scripts/run-tests.sh):
-every test that needs the host's one real node (`NODE_SUITES`, or a test asking for a node
-cluster) is in the group `host-node`, which one worker runs from start to end, one test after
-another; each other module is a unit of its own, run whole by whichever worker is free.
-
 The plane starts lazily, on the first test that asks for it, so a run of pure
 unit tests never builds or starts anything. When a test that used the plane
 fails, the part of every component's log written during that test is copied
@@ -42,10 +37,6 @@ from devcluster import harness, local
 from devcluster import stack as stack_mod
 
 _planes: list[harness.ControlPlane | harness.ExistingCluster] = []
-# What runs on the host's real node: one at a time, so all in one worker's queue.
-NODE_SUITES = ("tests/node/", "tests/e2e/", "tests/faults/", "tests/dispatcher/", "tests/cluster/test_local_cluster.py")
-NODE_FIXTURES = frozenset({"node_cluster", "trainer_cluster"})
-NODE_GROUP = "host-node"
 # Each log file's size when the test's setup began: the test's part starts there.
 _log_offsets = pytest.StashKey[dict[pathlib.Path, int]]()
 LOGS_DIR_NAME = "control-plane-logs"
@@ -123,14 +114,6 @@ def _keep_logs(item: pytest.Item, plane: harness.ControlPlane | harness.Existing
             while chunk := source.read(1 << 20):
                 copy.write(chunk)
     return dest
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marks into the units
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The unit of work of `--dist loadgroup`: the node group, else the test's module."""
-    for item in items:
-        uses_node = item.nodeid.startswith(NODE_SUITES) or bool(NODE_FIXTURES & set(getattr(item, "fixturenames", ())))
-        item.add_marker(pytest.mark.xdist_group(NODE_GROUP if uses_node else item.nodeid.split("::")[0]))
 
 
 @pytest.hookimpl(wrapper=True)
