@@ -168,17 +168,27 @@ def preflight(*, bin_dirs: tuple[pathlib.Path, pathlib.Path]) -> None:
             raise NodeError(f"{name} not found in {directory}: run `make controlplane controllers`")
 
 
+def port_in_use(port: int) -> bool:
+    """Something listens on PORT (any address). A connection of the last node's that is closing
+    (TIME_WAIT, for a minute after a client probed the kubelet) does not count: the kubelet binds
+    with SO_REUSEADDR, as Go's servers do, so neither does this check refuse for it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
 def check_ports() -> None:
     """The kubelet's ports are free. Asked with the host's node slot held: before it, a port in
     use is most likely the node of another cluster, which a test waits for and a person is told
     about by `host_lock`."""
     for port in (KUBELET_PORT,):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                raise NodeError(f"port {port} (the kubelet's) is in use on this host: is another kubelet "
-                                "running?") from None
+        if port_in_use(port):
+            raise NodeError(f"port {port} (the kubelet's) is in use on this host: is another kubelet "
+                            "running?")
 
 
 def host_lock(*, wait: float) -> int:

@@ -68,6 +68,7 @@ def test_a_node_port_in_use(env: dict[str, str]) -> None:
         fd = os.open(node.LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
         taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the last node's closing connections
         taken.bind(("0.0.0.0", node.KUBELET_PORT))
         taken.listen()
         os.close(fd)
@@ -147,3 +148,22 @@ def test_the_memory_check_reads_mountinfo_and_cgroup_controllers() -> None:
     assert node.memory_controller(mountinfo=v2, controllers="cpuset cpu io memory hugetlb pids\n")
     assert not node.memory_controller(mountinfo=v2, controllers="hugetlb\n")  # seen on this host kind's v2
     assert not node.memory_controller(mountinfo=v2 + v1.splitlines()[1], controllers="")
+
+
+def test_a_closing_connection_is_not_a_port_in_use() -> None:
+    # A client that probed the kubelet leaves the port in TIME_WAIT for a minute after the node
+    # stopped; the next node binds it all the same, so the check must not refuse. A listener must.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("0.0.0.0", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert node.port_in_use(port)
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            accepted.close()  # the server's side closes first: its end waits out TIME_WAIT
+            assert client.recv(1) == b""
+    waiting = [line for line in pathlib.Path("/proc/net/tcp").read_text().splitlines()[1:]
+               if int(line.split()[1].split(":")[1], 16) == port and line.split()[3] == "06"]
+    assert waiting, "no TIME_WAIT connection on the port: the case is not made"
+    assert not node.port_in_use(port)
