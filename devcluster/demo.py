@@ -87,9 +87,10 @@ def _stage_runtime(low: scenario.Scenario, marks: pathlib.Path) -> None:
     refusals = runtime_check.check(render.runtime(bad, sidecar_image=sidecar))
     expect(refusals, "a runtime that restarts in place is refused")
     say(f"  refused as expected: {refusals[0]}")
-    # 800m: two of its TrainJobs do not fit the ClusterQueue's 1500m (so the high one preempts), while
-    # the node's 2 CPUs hold one beside the plain-mode one, our controller's two pods and CoreDNS.
-    low.create_runtime(scenario.runtime("demo", cpu="800m", host_dirs={scenario.MARKS: marks}))
+    # 750m (760m with the sidecar): two of its TrainJobs do not fit the ClusterQueue's 1500m (so the
+    # high one preempts), while the node's 2 CPUs hold one beside the plain-mode one, our
+    # controller's two pods, CoreDNS, and then the dispatcher's pod and its four drivers.
+    low.create_runtime(scenario.runtime("demo", cpu="750m", host_dirs={scenario.MARKS: marks}))
     say("  runtime 'demo' applied (restartPolicy Never, backoffLimit 0, the sidecar verifier added)")
 
 
@@ -298,7 +299,7 @@ def main() -> int:
             raise Failed(str(e)) from None
         say(f"  the runtimes name the release's sidecar {running.sidecar_image}")
         jobs = _story(running, namespace, namespace, marks)
-        demo_dispatch.stage(running, namespace)
+        demo_dispatch.stage(running)
         ok = _table(jobs)
         low = jobs[0][1]
         say(f"toolkit executions {low.name}: what the controller recorded on the TrainJob")

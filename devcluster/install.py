@@ -151,15 +151,21 @@ def install(running: Any, prepared: Prepared, *, out_dir: pathlib.Path) -> Insta
                                 version=prepared.build.version, kubectl=kubectl(running),
                                 local_images=prepared.local_images)
     built, pushed = prepared.build_seconds, time.monotonic() - start
-    manifest = made.files["controller.yaml"]
+    applied = apply(running, made, "controller.yaml")
+    running.sidecar_image = made.references["sidecar"]
+    return Installed(release=made, applied_sha256=applied, build_seconds=built, push_seconds=pushed)
+
+
+def apply(running: Any, release: bundle.Release, part: str) -> str:
+    """Apply the bundle's file PART (controller.yaml, dispatcher.yaml) on RUNNING as released, with
+    `kubectl apply --server-side -f`; the sha256 of the bytes applied."""
+    manifest = release.files[part]
     data = manifest.read_bytes()
     done = subprocess.run([str(kubectl(running)), "--kubeconfig", running.plane.kubeconfig, "apply",
                            "--server-side", "-f", "-"], input=data, capture_output=True, timeout=120, check=False)
     if done.returncode != 0:
         raise InstallError(f"kubectl apply --server-side -f {manifest}: {done.stderr.decode().strip()}")
-    running.sidecar_image = made.references["sidecar"]
-    return Installed(release=made, applied_sha256=hashlib.sha256(data).hexdigest(), build_seconds=built,
-                     push_seconds=pushed)
+    return hashlib.sha256(data).hexdigest()
 
 
 def wait_leading(running: Any, *, timeout: float = READY_TIMEOUT_SECONDS) -> str:
@@ -223,6 +229,33 @@ def check(running: Any, installed: Installed) -> list[str]:
                 raise InstallError(f"pod {pod.metadata.name}: imageID {status.image_id!r}, not {repo}@{digest}")
         lines.append(f"pod {pod.metadata.name} on {pod.spec.node_name}: imageID {repo}@{digest}")
     return lines
+
+
+# The modules our images run (`python3 -m NAME`): a process running one is our controller or dispatcher.
+OUR_MODULES = ("controller", "dispatcher")
+
+
+def ours_outside_pods(proc: pathlib.Path = pathlib.Path("/proc")) -> list[str]:
+    """Every process on this host that runs our controller or dispatcher (`-m controller`,
+    `-m dispatcher`) outside the node's pods (a cgroup under the kubelet's `kubepods` in the node's
+    cgroup root): one 'PID: COMMAND' each. Empty when only the kubelet's pods run them."""
+    from devcluster import node
+
+    pods = f"/{node.CGROUP_ROOT}/kubepods"
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            cgroups = (entry / "cgroup").read_text().splitlines()
+        except OSError:
+            continue  # gone meanwhile
+        runs = any(argv[i] == b"-m" and argv[i + 1].decode(errors="replace") in OUR_MODULES
+                   for i in range(len(argv) - 1))
+        if runs and not any(line.split(":", 2)[-1].startswith(pods + "/") for line in cgroups):
+            found.append(f"{entry.name}: {b' '.join(argv).decode(errors='replace').strip()}")
+    return found
 
 
 def main() -> int:

@@ -63,7 +63,9 @@ ROOTS = {
     # The standard-library modules cryptography's modules import that nothing else loads (its
     # PKCS#7 serialization: email's MIME writer), since those modules are carried whole (WHOLE).
     "controller": ("site", *EXTRA, "email.generator", "email.message", "email.policy", "email.base64mime"),
-    "dispatcher": ("site", *EXTRA),
+    # concurrent.futures.thread: the package's module __getattr__ imports it on the first use of
+    # ThreadPoolExecutor (the dispatcher's worker pool), an import no statement names.
+    "dispatcher": ("site", *EXTRA, "concurrent.futures.thread"),
 }
 # Third-party packages each image carries whole, every module of them, not only those an import
 # shows: cryptography's Rust extension imports its Python modules from native code (dsa, dh, the

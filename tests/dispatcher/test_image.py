@@ -6,7 +6,9 @@ liveness command (dispatcher.alive on the heartbeat file) runs in it as the kube
 
 from __future__ import annotations
 
+import json
 import pathlib
+import time
 from collections.abc import Iterator
 
 import docker
@@ -78,3 +80,39 @@ def test_the_deployment_s_liveness_command_runs_in_the_image_on_the_heartbeat(
     (beats / heartbeat.name).touch(mode=0o644)
     fresh = containers.run_to_end(client, image, command[1:], **run)
     assert (fresh.exit_code, fresh.stdout, fresh.stderr) == (0, b"", b"")
+
+
+def test_the_dispatcher_runs_in_the_image_until_sigterm_then_exits_0(
+        client: docker.DockerClient, image: str, tmp_path: pathlib.Path) -> None:
+    """Past its settings, the dispatcher builds its worker pool and turns its loop (the modules a
+    run imports on first use included, which importing every module does not reach), with no
+    apiserver or backend to answer; SIGTERM stops it with exit 0, its last line `stopped`."""
+    config = tmp_path / "config"
+    config.mkdir(mode=0o755)
+    (config / "kubeconfig").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "default"}}]}))
+    (config / "kubeconfig").chmod(0o644)
+    environment = {"TCAB_BACKEND_URL": "http://127.0.0.1:1", "TCAB_BACKEND_SERVICE_TOKEN": "s" * 32,
+                   "TCAB_DISPATCHER_DRIVER_IMAGE": "dispatch/test-driver:unreleased",
+                   "KUBECONFIG": "/config/kubeconfig"}
+    container = client.containers.run(image, detach=True, network_mode="none", read_only=True,
+                                      environment=environment, volumes={str(config): {"bind": "/config", "mode": "ro"}})
+    try:
+        deadline = time.monotonic() + 60
+        while b'"started"' not in container.logs(stdout=False, stderr=True):
+            container.reload()
+            assert container.status == "running" and time.monotonic() < deadline, container.logs()[-3000:]
+            time.sleep(0.2)
+        time.sleep(2)  # a few turns of the loop, each failing to reach the apiserver and the backend
+        container.reload()
+        assert container.status == "running", container.logs()[-3000:]
+        container.kill(signal="SIGTERM")
+        status = container.wait(timeout=60)
+        lines = container.logs(stdout=False, stderr=True).decode().splitlines()
+        assert status["StatusCode"] == 0, lines[-20:]
+        assert json.loads(lines[-1])["message"] == "stopped", lines[-5:]
+    finally:
+        container.remove(force=True)

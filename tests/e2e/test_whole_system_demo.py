@@ -4,8 +4,8 @@ and ends with a table in which, per TrainJob, every execution's epoch is above
 every earlier one's, except the one the hand-deleted JobSet made repeat, which
 is flagged foreign. This test reads the table itself, so a demo that printed
 a wrong table and still exited 0 fails here; and the lines of the sidecar's
-Event and of the dispatcher stage, and those that say our controller runs as
-the release's pods.
+Event and of the dispatcher stage, and those that say our controller and the
+dispatcher run as the release's pods.
 
 What is timed: the demo's run once this checkout's release images are in
 local storage (built by the module's fixture before the clock starts, as
@@ -147,5 +147,12 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule(release_i
     assert {name: limit for name, (_, limit) in peaks.items()} == {"swe-bench": 3, "gpu-eval": 2}, done
     assert all(1 <= peak <= limit for peak, limit in peaks.values()), done
     assert any("reported failed: reason OOMKilled, exit code 137, log tail 'step 40" in line for line in lines), lines
-    assert any("its orphaned sandbox pod sandbox-" in line and line.endswith("was reaped") for line in lines), lines
+    assert any("its orphaned sandbox pod sandbox-" in line and "was reaped" in line for line in lines), lines
+    # The dispatcher runs as the release's pod: dispatcher.yaml applied as released, the pod's image
+    # pulled by its digest, no host process of ours, and the pod stops on SIGTERM with exit 0.
+    assert "dispatcher.yaml applied as released: sha256 " in out, out
+    assert re.search(r"pod tcab-dispatch/tcab-dispatcher-\S+ Running on \S+ as tcab-dispatcher: "
+                     r"imageID \S+/dispatch/dispatcher@sha256:[0-9a-f]{64}", out), out
+    assert "no process outside the kubelet's pods runs our controller or dispatcher" in out, out
+    assert "the dispatcher's pod stopped on SIGTERM, exit 0" in out, out
     assert "refused as expected: spec.template.spec.failurePolicy.restartStrategy" in out
