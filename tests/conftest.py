@@ -24,6 +24,7 @@ report. The session plane's own logs go with its workdir when it stops.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
@@ -56,8 +57,10 @@ def control_plane() -> Iterator[harness.ControlPlane | harness.ExistingCluster]:
         _planes.remove(plane)
 
 
-@pytest.fixture(scope="module")
-def node_cluster() -> Iterator[stack_mod.Stack]:
+@contextlib.contextmanager
+def a_node_cluster() -> Iterator[stack_mod.Stack]:
+    """The local cluster without Trainer, JobSet or Kueue: the control plane and the real node, its
+    logs kept per test like the session plane's."""
     running = local.start(kueue=False, training=False)
     _planes.append(running.plane)
     try:
@@ -66,6 +69,12 @@ def node_cluster() -> Iterator[stack_mod.Stack]:
         _planes.remove(running.plane)
         running.stop()
         running.plane.stop()
+
+
+@pytest.fixture(scope="module")
+def node_cluster() -> Iterator[stack_mod.Stack]:
+    with a_node_cluster() as running:
+        yield running
 
 
 @pytest.fixture

@@ -4,9 +4,16 @@ real node that runs every pod (devcluster/node.py), through `local.start`.
 
 The e2e plane is not the session's shared `control_plane`: installing
 Trainer's and JobSet's webhooks changes how every TrainJob and pod is
-admitted, which would change what the other suites test. So this module
-starts its own plane and stack once per e2e module (a module that sets
-`E2E_KUEUE = True` gets Kueue and our controller too) and stops both after it.
+admitted, which would change what the other suites test. So this package
+starts its own plane and stack, of the kind a module asks for (a module that
+sets `E2E_KUEUE = True` gets Kueue and our controller too, `E2E_OURS = False`
+nothing of ours). One stack serves every module of the same kind: the modules
+that use a stack run first, grouped by kind (`pytest_collection_modifyitems`),
+each test in a namespace of its own that is deleted, its pods gone, before
+the next test (the node's two CPUs hold one execution at a time); a stack is
+stopped when the next module wants another kind, when a module left one of its
+processes dead, before a module that runs a cluster of its own (the demo), and
+after the package.
 When an e2e test fails, every controller's log (and the plane's) is attached
 to its report.
 
@@ -21,9 +28,12 @@ teardown) and is then cleaned up.
 from __future__ import annotations
 
 import os
+import pathlib
+import time
 import uuid
 from collections.abc import Iterator
 
+import kubernetes.client
 import pytest
 
 from controller import admission
@@ -31,6 +41,7 @@ from devcluster import harness, local, node as node_mod, scenario
 from devcluster import procs, stack as stack_mod
 
 
+NAMESPACE_GONE_SECONDS = 90.0
 _live: list[stack_mod.Stack] = []
 # (name, process group id) of every process the e2e planes and stacks started.
 _started: list[tuple[str, procs.Group]] = []
@@ -62,24 +73,74 @@ def leaves_nothing_running() -> Iterator[None]:
         pytest.fail(f"the e2e run left these behind: {left}; host changes (before, after): {changed}")
 
 
-@pytest.fixture(scope="module")
-def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
-    """A module sets E2E_KUEUE = True to run Kueue and our controller too, E2E_OURS = False to run
-    nothing of ours (a cluster to install into)."""
-    kueue = bool(getattr(request.module, "E2E_KUEUE", False))
-    ours = bool(getattr(request.module, "E2E_OURS", True))
-    running = local.start(kueue=kueue, ours=ours)  # stops what it started if it fails
-    _started.extend(running.plane.groups().items())
-    _live.append(running)
-    try:
-        yield running
-    finally:
+# The stack that serves the modules of one kind, by its kind: at most one at a time.
+_held: dict[tuple[bool, bool], stack_mod.Stack] = {}
+HERE = pathlib.Path(__file__).parent
+
+
+def _kind(module: object) -> tuple[bool, bool]:
+    """(Kueue and our controller run, anything of ours runs): E2E_KUEUE and E2E_OURS."""
+    return bool(getattr(module, "E2E_KUEUE", False)), bool(getattr(module, "E2E_OURS", True))
+
+
+def _stop_held() -> None:
+    for kind in list(_held):
+        running = _held.pop(kind)
         _started.extend(running.started)
         if running.node is not None:
             _started.extend(running.node.started)
-        running.stop()
-        _live.remove(running)
-        running.plane.stop()
+        try:
+            running.stop()
+        finally:
+            _live.remove(running)
+            running.plane.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """This package's tests, in the slots they were collected into: first the modules that use
+    `stack`, grouped by kind, then the others; each module's tests in their own order."""
+    slots = [i for i, item in enumerate(items) if HERE in pathlib.Path(item.path).parents]
+    ours = [items[i] for i in slots]
+    uses = {item.path for item in ours if "stack" in getattr(item, "fixturenames", ())}
+    modules = list(dict.fromkeys(item.path for item in ours))
+
+    def order(item: pytest.Item) -> tuple[int, tuple[bool, bool], int]:
+        return (0 if item.path in uses else 1, _kind(getattr(item, "module", None)), modules.index(item.path))
+
+    for i, item in zip(slots, sorted(ours, key=order)):
+        items[i] = item
+
+
+@pytest.fixture(scope="module")
+def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
+    """The running stack of the module's kind (`_kind`), started when none of it runs."""
+    kind = _kind(request.module)
+    if kind not in _held:
+        _stop_held()
+        running = local.start(kueue=kind[0], ours=kind[1])  # stops what it started if it fails
+        _started.extend(running.plane.groups().items())
+        _live.append(running)
+        _held[kind] = running
+    yield _held[kind]
+    try:  # a module that left a process of it dead does not hand it on
+        _held[kind].check_alive()
+    except Exception:
+        _stop_held()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_stack_beside_a_cluster_of_its_own(request: pytest.FixtureRequest) -> None:
+    """A module without `stack` (the demo runs a cluster of its own) runs with none held: the
+    host has one node slot."""
+    if not any("stack" in getattr(item, "fixturenames", ()) for item in request.session.items
+               if item.path == request.path):
+        _stop_held()
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _stacks_stopped_after_the_package() -> Iterator[None]:
+    yield
+    _stop_held()
 
 
 @pytest.fixture
@@ -93,10 +154,19 @@ def queues(stack: stack_mod.Stack, e2e_namespace: str) -> Iterator[str]:
 
 @pytest.fixture
 def e2e_namespace(stack: stack_mod.Stack) -> Iterator[str]:
+    """A namespace of the test's own, deleted after it once its pods are gone: the next test's
+    pods must fit on the node."""
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     with stack.plane.api_client() as api:
         harness.create_namespace(api, name)
         yield name
+        core = kubernetes.client.CoreV1Api(api)
+        core.delete_namespace(name)
+        deadline = time.monotonic() + NAMESPACE_GONE_SECONDS
+        while core.list_namespaced_pod(name).items:
+            assert time.monotonic() < deadline, (
+                f"the pods of {name} were not gone {NAMESPACE_GONE_SECONDS:.0f} s after its deletion")
+            time.sleep(0.5)
 
 
 @pytest.hookimpl(wrapper=True)
