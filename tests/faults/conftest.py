@@ -1,9 +1,12 @@
-"""Fixtures of the fault suite: each module (one fault family) gets a cluster of its own from
-`local.start(kueue=True)` (the control plane, Trainer, JobSet, Kueue, our controller and the real
-node), since its faults stop, kill and restart that cluster's parts. Every process group the
-module's cluster ran, restarted ones included, is recorded, and once the cluster is stopped none may
-still have a live process (a leftover fails the module's last test, then is killed). When a test
-fails, every process's log is attached to its report.
+"""Fixtures of the fault suite: a cluster from `local.start(kueue=True)` (the control plane,
+Trainer, JobSet, Kueue, our controller and the real node), whose parts the faults stop, kill and
+restart. Each module (one fault family) puts back what it stopped; the next module is handed the
+same cluster only when it is as it was started: the same components and processes running, none
+exited (`_as_started`). Otherwise it is stopped and the next module gets a new one; it is stopped
+after the package in any case. Every test works in a namespace of its own, deleted once its pods
+are gone. Every process group the cluster ran, restarted ones included, is recorded, and once the
+cluster is stopped none may still have a live process (a leftover fails the test then running,
+then is killed). When a test fails, every process's log is attached to its report.
 """
 
 from __future__ import annotations
@@ -20,28 +23,62 @@ from devcluster import harness, local, scenario
 from devcluster import procs, stack as stack_mod
 
 
-_live: list[stack_mod.Stack] = []
+_live: list[stack_mod.Stack] = []  # the cluster now, if one runs
+# What ran when it started: the plane's components, the stack's processes.
+_started_with: dict[str, set[str]] = {}
+_groups: list[tuple[str, procs.Group]] = []  # every process group it ran
+
+
+def _start() -> stack_mod.Stack:
+    running = local.start(kueue=True)  # stops what it started if it fails
+    _live.append(running)
+    _groups.extend(running.plane.groups().items())
+    _started_with.update(plane=set(running.plane.groups()), stack=set(running.names()))
+    return running
+
+
+def _as_started(running: stack_mod.Stack) -> bool:
+    """The same components and processes run as when it started, and none has exited."""
+    try:
+        running.check_alive()
+    except Exception:
+        return False
+    plane = running.plane.groups()
+    return (set(plane) == _started_with["plane"] and set(running.names()) == _started_with["stack"]
+            and len(stack_mod.still_running(plane.items())) == len(plane))
+
+
+def _stop() -> None:
+    """Stop the cluster, if one runs; fail if a process group it ran is still live after."""
+    if not _live:
+        return
+    running = _live.pop()
+    groups = [*_groups, *running.plane.groups().items(), *running.started]  # restarts included
+    if running.node is not None:
+        groups.extend(running.node.started)
+    _groups.clear()
+    running.stop()
+    running.plane.stop()
+    left = stack_mod.still_running(groups)
+    if left:
+        stack_mod.clean_up(groups)
+        pytest.fail(f"the fault suite's cluster left these running: {left}")
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[stack_mod.Stack]:
-    running = local.start(kueue=True)  # stops what it started if it fails
-    _live.append(running)
-    groups: list[tuple[str, procs.Group]] = list(running.plane.groups().items())
-    try:
-        yield running
-    finally:
-        groups.extend(running.plane.groups().items())  # components a fault restarted
-        groups.extend(running.started)  # every start of every controller, restarts included
-        if running.node is not None:
-            groups.extend(running.node.started)
-        _live.remove(running)
-        running.stop()
-        running.plane.stop()
-        left = stack_mod.still_running(groups)
-        if left:
-            stack_mod.clean_up(groups)
-            pytest.fail(f"the fault module left these running: {left}")
+    running = _live[0] if _live else _start()
+    _groups.extend(running.plane.groups().items())
+    yield running
+    _groups.extend(running.plane.groups().items())  # components a fault restarted
+    if not _as_started(running):
+        _stop()
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _cluster_stopped_after_the_package() -> Iterator[None]:
+    yield
+    _stop()
 
 
 @pytest.fixture
