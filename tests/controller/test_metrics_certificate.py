@@ -71,11 +71,18 @@ def test_the_library_is_the_one_the_ssl_module_links() -> None:
     assert certs._libcrypto()._name == path
 
 
-def test_a_failed_openssl_call_is_one_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(certs._libcrypto(), "EVP_PKEY_CTX_set_group_name", lambda context, group: 0)
-    with pytest.raises(certs.OpenSSLError, match=r"^making the metrics certificate: OpenSSL's "
-                                                 r"EVP_PKEY_CTX_set_group_name failed$"):
+def test_a_failed_openssl_call_is_one_error_naming_it_with_openssl_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = certs._libcrypto()
+    set_group = lib.EVP_PKEY_CTX_set_group_name
+    monkeypatch.setattr(lib, "EVP_PKEY_CTX_set_group_name", lambda context, group: set_group(context, b"no-such-curve"))
+    with pytest.raises(certs.OpenSSLError, match=r"^making the metrics certificate: OpenSSL's EVP_PKEY_generate "
+                                                 r"failed: error:[0-9A-F]+:.*curve"):  # with OpenSSL's reason
         certs.self_signed(hosts=HOSTS)
+    monkeypatch.setattr(lib, "EVP_PKEY_CTX_set_group_name", lambda context, group: 0)
+    with pytest.raises(certs.OpenSSLError, match=r"OpenSSL's EVP_PKEY_CTX_set_group_name failed$"):
+        certs.self_signed(hosts=HOSTS)
+    monkeypatch.undo()
+    assert certs.self_signed(hosts=HOSTS)[0].startswith(b"-----BEGIN CERTIFICATE-----\n")  # nothing left behind
 
 
 class _Allow:
