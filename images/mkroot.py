@@ -25,11 +25,14 @@ library's as they are. Built-in and frozen modules need no file. Extension modul
 every shared library the interpreter and they load (ldd) is copied with the symbolic links on its
 path (/lib64 -> usr/lib64 ...). The data files of every package loaded from SRC come along (not
 its .py files nor py.typed), as does the *.dist-info (its RECORD left out: metadata and licenses) of each
-distribution the image carries a module of. tests/sidecar/test_sidecar_retry.py holds every module
-a sidecar check imports to the sidecar's closure; tests/controller/test_image.py and
-tests/dispatcher/test_image.py import, inside the image, every module it carries. A third-party
-package that is bytecode alone is then moved into the zip archive on the interpreter's default
-path (zip_pure_packages), which holds it in about a quarter of the space.
+distribution the image carries a module of, its METADATA cut to the headers (the description after
+them is the project's README, for some its changelog too: 250 KB in the controller's image that
+nothing reads at run time; importlib.metadata and image scanners read the headers).
+tests/sidecar/test_sidecar_retry.py holds every module a sidecar check imports to the sidecar's
+closure; tests/controller/test_image.py and tests/dispatcher/test_image.py import, inside the
+image, every module it carries. A third-party package that is bytecode alone is then moved into
+the zip archive on the interpreter's default path (zip_pure_packages), which holds it in about a
+quarter of the space.
 
 No shell, no package manager, no /etc: the images run as a numeric user, and read only their
 environment, the Downward API and ServiceAccount files, and the API server.
@@ -60,18 +63,11 @@ EXTRA = ("runpy", "encodings.ascii", "encodings.idna", "encodings.latin_1", "enc
          "_strptime")
 ROOTS = {
     "sidecar": ("runpy", "sidecar", "sidecar.main", "encodings.ascii", "email.utils"),
-    # The standard-library modules cryptography's modules import that nothing else loads (its
-    # PKCS#7 serialization: email's MIME writer), since those modules are carried whole (WHOLE).
-    "controller": ("site", *EXTRA, "email.generator", "email.message", "email.policy", "email.base64mime"),
+    "controller": ("site", *EXTRA),
     # concurrent.futures.thread: the package's module __getattr__ imports it on the first use of
     # ThreadPoolExecutor (the dispatcher's worker pool), an import no statement names.
     "dispatcher": ("site", *EXTRA, "concurrent.futures.thread"),
 }
-# Third-party packages each image carries whole, every module of them, not only those an import
-# shows: cryptography's Rust extension imports its Python modules from native code (dsa, dh, the
-# serialization package), which no import statement names, and which an import order that fails
-# partway inside a caller's `try: ... except ImportError` can leave unloaded at probe time.
-WHOLE = {"controller": ("cryptography",)}
 # The images whose own package's every module is a root, and whose closure grows by reading imports.
 SCANNED = ("controller", "dispatcher")
 OURS = ("sidecar", "controller", "dispatcher", "toolkit")
@@ -309,13 +305,6 @@ def main() -> int:
         raise SystemExit(f"mkroot: IMAGE must be one of {', '.join(ROOTS)}, found {image!r}")
     modules = closure(src, image)
     modules[f"{image}.__main__"] = str(src / image / "__main__.py")  # what `-m IMAGE` runs
-    for package in WHOLE.get(image, ()):
-        for path in sorted((src / package).rglob("*")):
-            if path.suffix in (".py", ".so"):
-                parts = path.relative_to(src).parts
-                parts = (*parts[:-1], path.name.split(".")[0])
-                name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-                modules.setdefault(name, str(path))
     binaries = [os.path.realpath(sys.executable)]
     # The landmark by which the interpreter finds its standard library (os itself is frozen).
     if modules.get("os") in (None, "frozen"):
@@ -344,7 +333,12 @@ def main() -> int:
     tops = {name.split(".")[0] for name in modules}
     for info in sorted(src.glob("*.dist-info")):
         if distribution_tops(info) & tops:  # a distribution the image carries: its metadata and licenses
-            shutil.copytree(info, dest / APP.relative_to("/") / info.name, ignore=shutil.ignore_patterns("RECORD"))
+            out = dest / APP.relative_to("/") / info.name
+            shutil.copytree(info, out, ignore=shutil.ignore_patterns("RECORD"))
+            metadata = out / "METADATA"
+            if metadata.exists():
+                headers, blank, _description = metadata.read_bytes().partition(b"\n\n")
+                metadata.write_bytes(headers + (b"\n" if blank else b""))
     zipped = zip_pure_packages(dest)
     replicate(binaries[0], dest)
     for binary in binaries:
