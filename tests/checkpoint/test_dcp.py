@@ -1,7 +1,8 @@
 """PyTorch DCP through the fence, with real torch on CPU: two gloo ranks started
-by torchrun (tests/checkpoint/fixtures/dcp_worker.py), into a POSIX root and
-into an s3:// root on the local S3 server. torch lives in a virtualenv of its
-own, cached in the user cache (devcluster/build-torch-venv.sh).
+by torchrun (tests/checkpoint/fixtures/dcp_worker.py), into a POSIX root, an
+s3:// root on the local S3 server and a gs:// root on the GCS emulator. torch
+lives in a virtualenv of its own, cached in the user cache
+(devcluster/build-torch-venv.sh).
 
 - a save publishes once every rank's shards are written, and a load on a new
   pair of ranks restores it bit for bit
@@ -41,12 +42,21 @@ def s3() -> Iterator[objectstores.Server]:
         server.close()
 
 
-@pytest.fixture(params=["posix", "s3"])
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[objectstores.Server]:
+    server = objectstores.GCSServer()
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture(params=["posix", "s3", "gcs"])
 def where(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> tuple[str, objectstores.Server | None]:
     """(root, its server: None for a POSIX root)."""
     if request.param == "posix":
         return str(tmp_path / "root"), None
-    server = request.getfixturevalue("s3")
+    server = request.getfixturevalue(request.param)
     return server.root(), server
 
 
