@@ -8,12 +8,19 @@ lives in a virtualenv of its own, cached in the user cache
   pair of ranks restores it bit for bit
 - two executions race: the newer publishes, the older one saves late and is
   refused on every rank (exit 1), and the restore is the newer one's, bit for bit
+- dcp.async_save: nothing is published while a rank's write is still under
+  way, though every rank is in result(); when result() returns, LATEST names
+  the new checkpoint and every shard its DCP metadata names is there; the
+  restore is the state as it was at the call, bit for bit; an async save of a
+  superseded execution, started before the newer execution published and
+  resolved after, is refused on every rank, and so is one started after
 """
 
 from __future__ import annotations
 
 import pathlib
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -111,3 +118,89 @@ def test_a_superseded_execution_is_refused_on_every_rank_and_the_restore_is_the_
         assert not [k for k in stores.tree(server, root) if "-j.1.0.1.0/" in k]
     else:
         assert [c.epoch for c in checkpoint.checkpoints(root)] == [6]
+
+
+def stop(p: subprocess.Popen[str]) -> str:
+    """End torchrun (it ends its workers on SIGTERM); its stderr."""
+    if p.poll() is None:
+        p.terminate()
+    try:
+        return p.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return p.communicate(timeout=60)[1]
+
+
+def wait_for(paths: list[pathlib.Path], p: subprocess.Popen[str], within: float = 300) -> None:
+    """Wait until every one of PATHS exists while P runs; fail (P ended) when P ends first or after WITHIN seconds."""
+    deadline = time.monotonic() + within
+    while not all(path.exists() for path in paths):
+        if p.poll() is not None or time.monotonic() > deadline:
+            missing = [str(path) for path in paths if not path.exists()]
+            raise AssertionError(f"{missing} never appeared: {stop(p)[-3000:]}")
+        time.sleep(0.1)
+
+
+def test_an_async_save_publishes_in_result_after_every_rank_wrote_and_loads_the_state_at_the_call(
+        torch_python: str, where: tuple[str, objectstores.Server | None], tmp_path: pathlib.Path) -> None:
+    root, server = where
+    env = server.env if server else {}
+    hold = tmp_path / "hold"
+    p = torchrun(torch_python, env, "async", root, "--hold", str(hold), epoch=6, attempt="j.1.0.2.0")
+    try:
+        # Rank 1's write is held in DCP's background thread; both ranks are in result().
+        wait_for([pathlib.Path(f"{hold}.writing")] + [pathlib.Path(f"{hold}.result.{r}") for r in (0, 1)], p, 120)
+        for _ in range(15):  # a publish that did not wait for the write would show here
+            found = stores.latest(server, root) if server else checkpoint.latest(root)
+            assert found is None and p.poll() is None, found
+            time.sleep(0.2)
+    except BaseException:
+        hold.touch()
+        stop(p)
+        raise
+    hold.touch()
+    code, lines, err = finish(p)
+    name = checkpoint.name_of(6, 1, "j.1.0.2.0")
+    assert (code, lines) == (0, [
+        "rank 0: before result() LATEST names None", f"rank 0: published {name}; LATEST names it; "
+        "shards __0_0.distcp __1_0.distcp", "rank 1: before result() LATEST names None",
+        f"rank 1: published {name}; LATEST names it; shards __0_0.distcp __1_0.distcp"]), err[-3000:]
+    code, lines, err = finish(torchrun(torch_python, env, "load", root, "6"))
+    assert (code, lines) == (0, [f"rank 0: loaded {name} bit-exact", f"rank 1: loaded {name} bit-exact"]), err[-3000:]
+    # A superseded execution's async save started only now is refused in result(), on every rank.
+    code, lines, err = finish(torchrun(torch_python, env, "async", root, epoch=5, attempt="j.1.0.1.0"))
+    refused = sorted(line for line in err.splitlines() if line.startswith("rank ") and "refused" in line)
+    assert code == 1 and lines == [f"rank {r}: before result() LATEST names {name}" for r in (0, 1)], err[-3000:]
+    assert refused == [f"rank {r}: refused: epoch 5 is lower than epoch 6 ({name}) in {root}: a superseded "
+                       "execution's save, refused; nothing published" for r in (0, 1)], err[-3000:]
+
+
+def test_an_async_save_overtaken_by_a_newer_execution_is_refused_on_every_rank(
+        torch_python: str, where: tuple[str, objectstores.Server | None], tmp_path: pathlib.Path) -> None:
+    root, server = where
+    env = server.env if server else {}
+    gate = tmp_path / "gate"
+    old = torchrun(torch_python, env, "async", root, "--gate", str(gate), epoch=5, attempt="j.1.0.1.0")
+    try:
+        wait_for([pathlib.Path(f"{gate}.started.{r}") for r in (0, 1)], old)  # its save is under way
+        code, lines, err = finish(torchrun(torch_python, env, "async", root, epoch=6, attempt="j.1.0.2.0"))
+        name = checkpoint.name_of(6, 1, "j.1.0.2.0")
+        assert (code, lines[1::2]) == (0, [f"rank {r}: published {name}; LATEST names it; shards __0_0.distcp "
+                                           "__1_0.distcp" for r in (0, 1)]), err[-3000:]
+    except BaseException:
+        gate.touch()
+        stop(old)
+        raise
+    gate.touch()  # the old execution resolves its save only now, after the newer one published
+    code, lines, err = finish(old)
+    refused = sorted(line for line in err.splitlines() if line.startswith("rank ") and "refused" in line)
+    assert code == 1 and lines == [f"rank {r}: before result() LATEST names {name}" for r in (0, 1)], err[-3000:]
+    assert refused == [f"rank {r}: refused: epoch 5 is lower than epoch 6 ({name}) in {root}: a superseded "
+                       "execution's save, refused; nothing published" for r in (0, 1)], err[-3000:]
+    code, lines, err = finish(torchrun(torch_python, env, "load", root, "6"))
+    assert (code, lines) == (0, [f"rank 0: loaded {name} bit-exact", f"rank 1: loaded {name} bit-exact"]), err[-3000:]
+    if server is not None:
+        assert not [k for k in stores.tree(server, root) if "-j.1.0.1.0/" in k]
+    else:
+        assert [c.epoch for c in checkpoint.checkpoints(root)] == [6]
+
