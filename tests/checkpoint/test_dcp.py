@@ -14,11 +14,13 @@ lives in a virtualenv of its own, cached in the user cache
   restore is the state as it was at the call, bit for bit; an async save of a
   superseded execution, started before the newer execution published and
   resolved after, is refused on every rank, and so is one started after
+- docs/checkpoint.md's DCP example runs as written
 """
 
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ from tests.checkpoint import kit, stores
 
 WORKER = kit.REPO / "tests" / "checkpoint" / "fixtures" / "dcp_worker.py"
 BUILD = kit.REPO / "devcluster" / "build-torch-venv.sh"
+DOC = kit.REPO / "docs" / "checkpoint.md"
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +207,33 @@ def test_an_async_save_overtaken_by_a_newer_execution_is_refused_on_every_rank(
     else:
         assert [c.epoch for c in checkpoint.checkpoints(root)] == [6]
 
+
+def test_the_doc_example_runs_as_written(torch_python: str, s3: objectstores.Server, tmp_path: pathlib.Path) -> None:
+    """docs/checkpoint.md's DCP example, under torchrun on the local S3 server: an execution saves at
+    steps 1 and 2, the next resumes at 2 and saves at 3 and 4, a superseded one is refused."""
+    text = DOC.read_text()
+    section = text[text.index("\n## PyTorch DCP\n"):]
+    section = section[:section.index("\n## ", 1)]
+    example = re.search(r"```python\n(.*?)```", section, re.S)
+    assert example, "the PyTorch DCP section lost its example"
+    script = tmp_path / "train.py"
+    script.write_text(example.group(1))
+    s3.add_bucket("training")
+    root = "s3://training/llama-ft"
+
+    def run(epoch: int, attempt: str) -> subprocess.CompletedProcess[str]:
+        full = {**objectstores.clean_env(), **s3.env, **kit.env(epoch, attempt),
+                "PYTHONPATH": str(kit.REPO / "fence"), "OMP_NUM_THREADS": "1"}
+        return subprocess.run([torch_python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                               "--nproc-per-node", "2", str(script)], env=full, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600, check=False)
+
+    out = run(7, "llama-ft.7.0.1.0")
+    assert (out.returncode, out.stdout) == (0, f"{checkpoint.name_of(7, 2, 'llama-ft.7.0.1.0')} 2\n"), out.stderr[-3000:]
+    out = run(8, "llama-ft.7.0.2.0")
+    newest = checkpoint.name_of(8, 4, "llama-ft.7.0.2.0")
+    assert (out.returncode, out.stdout) == (0, f"{newest} 4\n"), out.stderr[-3000:]
+    out = run(7, "llama-ft.7.0.1.0")
+    assert out.returncode != 0 and out.stdout == ""
+    assert out.stderr.count(f"StaleEpoch: epoch 7 is lower than epoch 8 ({newest}) in {root}") == 2, out.stderr[-3000:]
+    assert stores.latest(s3, root).name == newest
