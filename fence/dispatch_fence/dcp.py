@@ -6,8 +6,11 @@ written, and a load from what LATEST names (docs/checkpoint.md, "PyTorch DCP").
     found = dcp.load(state_dict, root)                # None before the first save; in place otherwise
     ...
     dcp.save(state_dict, root, keep=3)                # on every rank; StaleEpoch on every rank if refused
+    pending = dcp.async_save(state_dict, root, keep=3)  # returns once DCP holds a copy; written in the background
+    ...
+    pending.result()                                  # on every rank: publishes; StaleEpoch on every rank if refused
 
-Every rank calls both (they are collectives on the default process group, or
+Every rank calls them all (they are collectives on the default process group, or
 PROCESS_GROUP). The coordinator is the group's rank 0; its outcome (the
 checkpoint, or the error) is broadcast, so every rank returns the same thing
 or raises the same error, and a refused save stops the whole execution alike.
@@ -25,6 +28,14 @@ The writer is DCP's own FileSystemWriter, always to a directory:
   would reach the stores too, but with unconditional writes and another client
   (s3fs, gcsfs): the fence's client keeps one set of credentials and the
   create-only rule for every object.
+
+async_save starts DCP's own async_save into the same place and returns an
+AsyncSave; nothing is published until its result(), a collective: every rank
+waits for its write (DCP's future), the ranks learn whether every write
+succeeded, and then the coordinator publishes exactly as save() does (on an
+object store the uploads happen there, in result()). So LATEST never names a
+checkpoint a rank is still writing, and a superseded execution's async save
+is refused by the same comparison, at result(), on every rank.
 
 Loading from an object store downloads the checkpoint into a local temporary
 directory on each rank (removed after), then DCP loads it in place.
@@ -92,6 +103,28 @@ def _local_files(top: str) -> list[tuple[str, str]]:
     return out
 
 
+def _target(root: str, attempt: str, group: Any) -> str:
+    """Where DCP writes on this rank: the staging directory in a POSIX root (one for every rank),
+    or a local temporary directory of this rank's own for a URL root."""
+    if checkpoint.is_url(root):
+        return tempfile.mkdtemp(prefix="dispatch-fence-dcp-")
+    return os.path.join(root, f".staging-{attempt}-{_broadcast(secrets.token_hex(4), group)}")
+
+
+def _publish(target: str, root: str, *, epoch: int, attempt: str, keep: int | None,
+             group: Any) -> checkpoint.Checkpoint:
+    """Publish what DCP wrote into TARGET, once it finished on this rank; collective."""
+    if checkpoint.is_url(root):
+        return _publish_to_store(target, root, epoch=epoch, attempt=attempt, keep=keep, group=group)
+    outcome: tuple[str, Any] = ("ok", None)
+    if _rank(group) == 0:
+        def publish() -> checkpoint.Checkpoint:
+            open(os.path.join(target, checkpoint.MARKER), "wb").close()
+            return checkpoint.publish(target, root, epoch=epoch, attempt=attempt, keep=keep)
+        outcome = _outcome(publish)
+    return _result(_broadcast(outcome, group))
+
+
 def save(state_dict: dict[str, Any], root: str, *, keep: int | None = None, epoch: int | str | None = None,
          attempt: str | None = None, process_group: Any = None) -> checkpoint.Checkpoint:
     """Save STATE_DICT with DCP and publish it into ROOT, fenced by the epoch; collective.
@@ -102,51 +135,108 @@ def save(state_dict: dict[str, Any], root: str, *, keep: int | None = None, epoc
     group, root = process_group, os.fspath(root)
     epoch_value, attempt_value = checkpoint.execution(epoch, attempt)
     keep = checkpoint.parse_keep(keep)
+    target = _target(root, attempt_value, group)
+    try:
+        torch_dcp.save(state_dict, checkpoint_id=target, process_group=group)
+        return _publish(target, root, epoch=epoch_value, attempt=attempt_value, keep=keep, group=group)
+    finally:
+        if checkpoint.is_url(root):
+            shutil.rmtree(target, ignore_errors=True)
+
+
+class AsyncSave:
+    """A save started by async_save: DCP writes in the background; result() publishes."""
+
+    def __init__(self, future: Any, target: str, root: str, *, epoch: int, attempt: str, keep: int | None,
+                 group: Any) -> None:
+        self._future, self._target, self._root = future, target, root
+        self._epoch, self._attempt, self._keep, self._group = epoch, attempt, keep, group
+        self._outcome: tuple[str, Any] | None = None
+
+    def result(self) -> checkpoint.Checkpoint:
+        """Wait until DCP's write finished on every rank, then publish; collective (every rank calls
+        it, at the same point). Returns the published Checkpoint on every rank, or raises StaleEpoch
+        (or another CheckpointError) on every rank; LATEST is not touched before. Once resolved, it
+        returns (or raises) the same again without a collective."""
+        if self._outcome is None:
+            self._outcome = _outcome(self._finish)
+        return _result(self._outcome)
+
+    def _finish(self) -> checkpoint.Checkpoint:
+        try:
+            failure = None
+            try:
+                self._future.result()
+            except Exception as exc:  # DCP's own error on this rank: every rank learns of it below
+                failure = exc
+            failed = [(r, f) for r, f in enumerate(_gather(None if failure is None else
+                                                           f"{type(failure).__name__}: {failure}", self._group)) if f]
+            if failure is not None:
+                raise failure
+            if failed:
+                rank, what = failed[0]
+                raise checkpoint.UnwritableRoot(f"{self._root}: the DCP write of rank {rank} failed "
+                                                f"({what.splitlines()[0][:300]}); nothing published")
+            return _publish(self._target, self._root, epoch=self._epoch, attempt=self._attempt, keep=self._keep,
+                            group=self._group)
+        finally:
+            if checkpoint.is_url(self._root):
+                shutil.rmtree(self._target, ignore_errors=True)
+
+
+def async_save(state_dict: dict[str, Any], root: str, *, keep: int | None = None, epoch: int | str | None = None,
+               attempt: str | None = None, process_group: Any = None) -> AsyncSave:
+    """Start saving STATE_DICT with DCP's async_save (a copy in memory is taken before it returns,
+    then written in the background); collective. Nothing is published until AsyncSave.result(),
+    which every rank calls: it waits for the write on every rank, then the coordinator publishes
+    as save() does. Arguments as save()'s, checked before anything is written."""
+    group, root = process_group, os.fspath(root)
+    epoch_value, attempt_value = checkpoint.execution(epoch, attempt)
+    keep = checkpoint.parse_keep(keep)
+    if not root:
+        raise checkpoint.BadInput("root is empty")
     if checkpoint.is_url(root):
-        return _save_to_store(state_dict, root, epoch=epoch_value, attempt=attempt_value, keep=keep, group=group)
-    staging = os.path.join(root, f".staging-{attempt_value}-{_broadcast(secrets.token_hex(4), group)}")
-    torch_dcp.save(state_dict, checkpoint_id=staging, process_group=group)
-    outcome: tuple[str, Any] = ("ok", None)
-    if _rank(group) == 0:
-        def publish() -> checkpoint.Checkpoint:
-            open(os.path.join(staging, checkpoint.MARKER), "wb").close()
-            return checkpoint.publish(staging, root, epoch=epoch_value, attempt=attempt_value, keep=keep)
-        outcome = _outcome(publish)
-    return _result(_broadcast(outcome, group))
+        from dispatch_fence import objectstore
+
+        objectstore.split_url(root)
+    target = _target(root, attempt_value, group)
+    try:
+        started = torch_dcp.async_save(state_dict, checkpoint_id=target, process_group=group)
+    except BaseException:
+        if checkpoint.is_url(root):
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+    future = getattr(started, "upload_completion", started)  # an AsyncSaveResponse when staging is asynchronous
+    return AsyncSave(future, target, root, epoch=epoch_value, attempt=attempt_value, keep=keep, group=group)
 
 
-def _save_to_store(state_dict: dict[str, Any], root: str, *, epoch: int, attempt: str, keep: int | None,
-                   group: Any) -> checkpoint.Checkpoint:
+def _publish_to_store(local: str, root: str, *, epoch: int, attempt: str, keep: int | None,
+                      group: Any) -> checkpoint.Checkpoint:
     from dispatch_fence import objectstore
 
-    local = tempfile.mkdtemp(prefix="dispatch-fence-dcp-")
-    try:
-        torch_dcp.save(state_dict, checkpoint_id=local, process_group=group)
-        files = _local_files(local)
-        pending: objectstore.Pending | None = None
-        claim: tuple[str, Any] = ("ok", None)
-        if _rank(group) == 0:  # the claim: rank 0's first file, create-only, under a new name
-            claim = _outcome(objectstore.begin, root, files[0], epoch=epoch, attempt=attempt)
-            if claim[0] == "ok":
-                pending = claim[1]
-                claim = ("ok", claim[1].checkpoint.name)
-            files = files[1:]
-        name = _result(_broadcast(claim, group))
-        uploads = _gather(_outcome(objectstore.add, root, name, files), group)
-        outcome: tuple[str, Any] = ("ok", None)
-        if _rank(group) == 0:
-            assert pending is not None
-            failed = next((o for o in uploads if o[0] == "error"), None)
-            if failed is not None:
-                objectstore.abandon(pending)
-                outcome = failed
-            else:
-                marker = os.path.join(local, checkpoint.MARKER)
-                open(marker, "wb").close()
-                outcome = _outcome(objectstore.finish, pending, marker, keep=keep)
-        return _result(_broadcast(outcome, group))
-    finally:
-        shutil.rmtree(local, ignore_errors=True)
+    files = _local_files(local)
+    pending: objectstore.Pending | None = None
+    claim: tuple[str, Any] = ("ok", None)
+    if _rank(group) == 0:  # the claim: rank 0's first file, create-only, under a new name
+        claim = _outcome(objectstore.begin, root, files[0], epoch=epoch, attempt=attempt)
+        if claim[0] == "ok":
+            pending = claim[1]
+            claim = ("ok", claim[1].checkpoint.name)
+        files = files[1:]
+    name = _result(_broadcast(claim, group))
+    uploads = _gather(_outcome(objectstore.add, root, name, files), group)
+    outcome: tuple[str, Any] = ("ok", None)
+    if _rank(group) == 0:
+        assert pending is not None
+        failed = next((o for o in uploads if o[0] == "error"), None)
+        if failed is not None:
+            objectstore.abandon(pending)
+            outcome = failed
+        else:
+            marker = os.path.join(local, checkpoint.MARKER)
+            open(marker, "wb").close()
+            outcome = _outcome(objectstore.finish, pending, marker, keep=keep)
+    return _result(_broadcast(outcome, group))
 
 
 def load(state_dict: dict[str, Any], root: str, *, process_group: Any = None) -> checkpoint.Checkpoint | None:

@@ -1,18 +1,28 @@
 """PyTorch DCP through the fence, with real torch on CPU: two gloo ranks started
-by torchrun (tests/checkpoint/fixtures/dcp_worker.py), into a POSIX root and
-into an s3:// root on the local S3 server. torch lives in a virtualenv of its
-own, cached in the user cache (devcluster/build-torch-venv.sh).
+by torchrun (tests/checkpoint/fixtures/dcp_worker.py), into a POSIX root, an
+s3:// root on the local S3 server and a gs:// root on the GCS emulator. torch
+lives in a virtualenv of its own, cached in the user cache
+(devcluster/build-torch-venv.sh).
 
 - a save publishes once every rank's shards are written, and a load on a new
   pair of ranks restores it bit for bit
 - two executions race: the newer publishes, the older one saves late and is
   refused on every rank (exit 1), and the restore is the newer one's, bit for bit
+- dcp.async_save: nothing is published while a rank's write is still under
+  way, though every rank is in result(); when result() returns, LATEST names
+  the new checkpoint and every shard its DCP metadata names is there; the
+  restore is the state as it was at the call, bit for bit; an async save of a
+  superseded execution, started before the newer execution published and
+  resolved after, is refused on every rank, and so is one started after
+- docs/checkpoint.md's DCP example runs as written
 """
 
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +33,7 @@ from tests.checkpoint import kit, stores
 
 WORKER = kit.REPO / "tests" / "checkpoint" / "fixtures" / "dcp_worker.py"
 BUILD = kit.REPO / "devcluster" / "build-torch-venv.sh"
+DOC = kit.REPO / "docs" / "checkpoint.md"
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +52,21 @@ def s3() -> Iterator[objectstores.Server]:
         server.close()
 
 
-@pytest.fixture(params=["posix", "s3"])
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[objectstores.Server]:
+    server = objectstores.GCSServer()
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture(params=["posix", "s3", "gcs"])
 def where(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> tuple[str, objectstores.Server | None]:
     """(root, its server: None for a POSIX root)."""
     if request.param == "posix":
         return str(tmp_path / "root"), None
-    server = request.getfixturevalue("s3")
+    server = request.getfixturevalue(request.param)
     return server.root(), server
 
 
@@ -101,3 +121,119 @@ def test_a_superseded_execution_is_refused_on_every_rank_and_the_restore_is_the_
         assert not [k for k in stores.tree(server, root) if "-j.1.0.1.0/" in k]
     else:
         assert [c.epoch for c in checkpoint.checkpoints(root)] == [6]
+
+
+def stop(p: subprocess.Popen[str]) -> str:
+    """End torchrun (it ends its workers on SIGTERM); its stderr."""
+    if p.poll() is None:
+        p.terminate()
+    try:
+        return p.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return p.communicate(timeout=60)[1]
+
+
+def wait_for(paths: list[pathlib.Path], p: subprocess.Popen[str], within: float = 300) -> None:
+    """Wait until every one of PATHS exists while P runs; fail (P ended) when P ends first or after WITHIN seconds."""
+    deadline = time.monotonic() + within
+    while not all(path.exists() for path in paths):
+        if p.poll() is not None or time.monotonic() > deadline:
+            missing = [str(path) for path in paths if not path.exists()]
+            raise AssertionError(f"{missing} never appeared: {stop(p)[-3000:]}")
+        time.sleep(0.1)
+
+
+def test_an_async_save_publishes_in_result_after_every_rank_wrote_and_loads_the_state_at_the_call(
+        torch_python: str, where: tuple[str, objectstores.Server | None], tmp_path: pathlib.Path) -> None:
+    root, server = where
+    env = server.env if server else {}
+    hold = tmp_path / "hold"
+    p = torchrun(torch_python, env, "async", root, "--hold", str(hold), epoch=6, attempt="j.1.0.2.0")
+    try:
+        # Rank 1's write is held in DCP's background thread; both ranks are in result().
+        wait_for([pathlib.Path(f"{hold}.writing")] + [pathlib.Path(f"{hold}.result.{r}") for r in (0, 1)], p, 120)
+        for _ in range(15):  # a publish that did not wait for the write would show here
+            found = stores.latest(server, root) if server else checkpoint.latest(root)
+            assert found is None and p.poll() is None, found
+            time.sleep(0.2)
+    except BaseException:
+        hold.touch()
+        stop(p)
+        raise
+    hold.touch()
+    code, lines, err = finish(p)
+    name = checkpoint.name_of(6, 1, "j.1.0.2.0")
+    assert (code, lines) == (0, [
+        "rank 0: before result() LATEST names None", f"rank 0: published {name}; LATEST names it; "
+        "shards __0_0.distcp __1_0.distcp", "rank 1: before result() LATEST names None",
+        f"rank 1: published {name}; LATEST names it; shards __0_0.distcp __1_0.distcp"]), err[-3000:]
+    code, lines, err = finish(torchrun(torch_python, env, "load", root, "6"))
+    assert (code, lines) == (0, [f"rank 0: loaded {name} bit-exact", f"rank 1: loaded {name} bit-exact"]), err[-3000:]
+    # A superseded execution's async save started only now is refused in result(), on every rank.
+    code, lines, err = finish(torchrun(torch_python, env, "async", root, epoch=5, attempt="j.1.0.1.0"))
+    refused = sorted(line for line in err.splitlines() if line.startswith("rank ") and "refused" in line)
+    assert code == 1 and lines == [f"rank {r}: before result() LATEST names {name}" for r in (0, 1)], err[-3000:]
+    assert refused == [f"rank {r}: refused: epoch 5 is lower than epoch 6 ({name}) in {root}: a superseded "
+                       "execution's save, refused; nothing published" for r in (0, 1)], err[-3000:]
+
+
+def test_an_async_save_overtaken_by_a_newer_execution_is_refused_on_every_rank(
+        torch_python: str, where: tuple[str, objectstores.Server | None], tmp_path: pathlib.Path) -> None:
+    root, server = where
+    env = server.env if server else {}
+    gate = tmp_path / "gate"
+    old = torchrun(torch_python, env, "async", root, "--gate", str(gate), epoch=5, attempt="j.1.0.1.0")
+    try:
+        wait_for([pathlib.Path(f"{gate}.started.{r}") for r in (0, 1)], old)  # its save is under way
+        code, lines, err = finish(torchrun(torch_python, env, "async", root, epoch=6, attempt="j.1.0.2.0"))
+        name = checkpoint.name_of(6, 1, "j.1.0.2.0")
+        assert (code, lines[1::2]) == (0, [f"rank {r}: published {name}; LATEST names it; shards __0_0.distcp "
+                                           "__1_0.distcp" for r in (0, 1)]), err[-3000:]
+    except BaseException:
+        gate.touch()
+        stop(old)
+        raise
+    gate.touch()  # the old execution resolves its save only now, after the newer one published
+    code, lines, err = finish(old)
+    refused = sorted(line for line in err.splitlines() if line.startswith("rank ") and "refused" in line)
+    assert code == 1 and lines == [f"rank {r}: before result() LATEST names {name}" for r in (0, 1)], err[-3000:]
+    assert refused == [f"rank {r}: refused: epoch 5 is lower than epoch 6 ({name}) in {root}: a superseded "
+                       "execution's save, refused; nothing published" for r in (0, 1)], err[-3000:]
+    code, lines, err = finish(torchrun(torch_python, env, "load", root, "6"))
+    assert (code, lines) == (0, [f"rank 0: loaded {name} bit-exact", f"rank 1: loaded {name} bit-exact"]), err[-3000:]
+    if server is not None:
+        assert not [k for k in stores.tree(server, root) if "-j.1.0.1.0/" in k]
+    else:
+        assert [c.epoch for c in checkpoint.checkpoints(root)] == [6]
+
+
+def test_the_doc_example_runs_as_written(torch_python: str, s3: objectstores.Server, tmp_path: pathlib.Path) -> None:
+    """docs/checkpoint.md's DCP example, under torchrun on the local S3 server: an execution saves at
+    steps 1 and 2, the next resumes at 2 and saves at 3 and 4, a superseded one is refused."""
+    text = DOC.read_text()
+    section = text[text.index("\n## PyTorch DCP\n"):]
+    section = section[:section.index("\n## ", 1)]
+    example = re.search(r"```python\n(.*?)```", section, re.S)
+    assert example, "the PyTorch DCP section lost its example"
+    script = tmp_path / "train.py"
+    script.write_text(example.group(1))
+    s3.add_bucket("training")
+    root = "s3://training/llama-ft"
+
+    def run(epoch: int, attempt: str) -> subprocess.CompletedProcess[str]:
+        full = {**objectstores.clean_env(), **s3.env, **kit.env(epoch, attempt),
+                "PYTHONPATH": str(kit.REPO / "fence"), "OMP_NUM_THREADS": "1"}
+        return subprocess.run([torch_python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                               "--nproc-per-node", "2", str(script)], env=full, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600, check=False)
+
+    out = run(7, "llama-ft.7.0.1.0")
+    assert (out.returncode, out.stdout) == (0, f"{checkpoint.name_of(7, 2, 'llama-ft.7.0.1.0')} 2\n"), out.stderr[-3000:]
+    out = run(8, "llama-ft.7.0.2.0")
+    newest = checkpoint.name_of(8, 4, "llama-ft.7.0.2.0")
+    assert (out.returncode, out.stdout) == (0, f"{newest} 4\n"), out.stderr[-3000:]
+    out = run(7, "llama-ft.7.0.1.0")
+    assert out.returncode != 0 and out.stdout == ""
+    assert out.stderr.count(f"StaleEpoch: epoch 7 is lower than epoch 8 ({newest}) in {root}") == 2, out.stderr[-3000:]
+    assert stores.latest(s3, root).name == newest

@@ -1,6 +1,6 @@
 """Lightning through the fence (dispatch_fence.lightning.CheckpointIO), with the
-real library on a tiny model, into a POSIX root and an s3:// root on the local
-S3 server. Each execution is a process (tests/checkpoint/fixtures/lightning_worker.py)
+real library on a tiny model, into a POSIX root, an s3:// root on the local
+S3 server and a gs:// root on the GCS emulator. Each execution is a process (tests/checkpoint/fixtures/lightning_worker.py)
 that resumes from what LATEST names and saves every 2 steps through the plugin.
 
 An execution (epoch 5) trains 4 steps and publishes twice; its replacement
@@ -41,11 +41,20 @@ def s3() -> Iterator[objectstores.Server]:
         server.close()
 
 
-@pytest.fixture(params=["posix", "s3"])
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[objectstores.Server]:
+    server = objectstores.GCSServer()
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture(params=["posix", "s3", "gcs"])
 def where(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> tuple[str, objectstores.Server | None]:
     if request.param == "posix":
         return str(tmp_path / "root"), None
-    server = request.getfixturevalue("s3")
+    server = request.getfixturevalue(request.param)
     return server.root(), server
 
 
