@@ -11,7 +11,8 @@ ClusterQueue that was admitting without it. A runtime converted with `toolkit re
 
 Uninstall, in the documented order: our check off the ClusterQueue until no Workload lists it; the
 converted runtime put back as it was; the sidecar's RBAC and `controller.yaml` deleted. Then no
-object of either file is left, no pod of ours runs, and the ClusterQueue is Active.
+object of either file is left, no pod of ours runs, and the ClusterQueue is Active and admits a
+new TrainJob on the runtime as it was, whose pod runs.
 """
 
 from __future__ import annotations
@@ -119,3 +120,36 @@ def test_install_run_a_trainjob_and_uninstall_on_a_cluster_with_nothing_of_ours(
 
         # The ClusterQueue is Active without our check.
         wait("the ClusterQueue to be Active without our check", lambda: active(custom, queue))
+
+        # It admits a new TrainJob on the runtime as it was, with nothing of ours, and the pod runs.
+        custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "after", "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+            "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": "installed"},
+                     "trainer": {"command": ["/bin/sh", "-c", "echo after"]}}})
+        try:
+            wait("the new TrainJob's Workload to be admitted", lambda: admitted(custom, namespace, "after"))
+        except AssertionError as e:
+            raise AssertionError(f"{e}; Workloads: {workloads_now(custom, namespace)}") from None
+
+        def succeeded() -> bool:
+            pods = core.list_namespaced_pod(namespace, label_selector="jobset.sigs.k8s.io/jobset-name=after").items
+            return bool(pods) and all(p.status.phase == "Succeeded" for p in pods)
+
+        wait("the new TrainJob's pod to succeed", succeeded)
+
+
+def admitted(custom: kubernetes.client.CustomObjectsApi, namespace: str, trainjob: str) -> bool:
+    """TRAINJOB's Workload is Admitted."""
+    return any(c["type"] == "Admitted" and c["status"] == "True"
+               for w in custom.list_namespaced_custom_object(*KUEUE_API, namespace, "workloads")["items"]
+               if any(r.get("name") == trainjob for r in w["metadata"].get("ownerReferences") or [])
+               for c in (w.get("status") or {}).get("conditions") or [])
+
+
+def workloads_now(custom: kubernetes.client.CustomObjectsApi, namespace: str) -> list[Any]:
+    """Each Workload of NAMESPACE: its name, its conditions and its checks (what a failed wait shows)."""
+    return [(w["metadata"]["name"],
+             [(c["type"], c["status"], c.get("reason"), c.get("message")) for c in (w.get("status") or {}).get("conditions") or []],
+             (w.get("status") or {}).get("admissionChecks"))
+            for w in custom.list_namespaced_custom_object(*KUEUE_API, namespace, "workloads")["items"]]
