@@ -126,7 +126,9 @@ def test_install_run_a_trainjob_and_uninstall_on_a_cluster_with_nothing_of_ours(
             "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
             "metadata": {"name": "after", "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
             "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime", "name": "installed"},
-                     "trainer": {"command": ["/bin/sh", "-c", "echo after"]}}})
+                     # 100m: it fits beside the first TrainJob's quota, which its Workload still holds.
+                     "trainer": {"command": ["/bin/sh", "-c", "echo after"],
+                                 "resourcesPerNode": {"requests": {"cpu": "100m"}}}}})
         try:
             wait("the new TrainJob's Workload to be admitted", lambda: admitted(custom, namespace, "after"))
         except AssertionError as e:
