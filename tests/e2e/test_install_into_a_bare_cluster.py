@@ -12,7 +12,9 @@ ClusterQueue that was admitting without it. A runtime converted with `toolkit re
 Uninstall, in the documented order: our check off the ClusterQueue until no Workload lists it; the
 converted runtime put back as it was; the sidecar's RBAC and `controller.yaml` deleted. Then no
 object of either file is left, no pod of ours runs, and the ClusterQueue is Active and admits a
-new TrainJob on the runtime as it was, whose pod runs.
+new TrainJob on the runtime as it was, whose pod runs. A TrainJob that runs through the uninstall
+keeps running once its sidecar has lost its ServiceAccount and RBAC: the sidecar's checks are
+refused, logged and retried, and the trainer is never restarted.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ E2E_KUEUE = True  # Trainer, JobSet and Kueue
 E2E_OURS = False  # and nothing of ours: the release is what installs it
 
 CHECK = "dispatch-admission"  # the AdmissionCheck controller.yaml ships
+TRAINER_API = ("trainer.kubeflow.org", "v1alpha1")
+TRAINER = names.TRAINER_CONTAINER
 WAIT_SECONDS = 180.0
 
 
@@ -98,6 +102,19 @@ def test_install_run_a_trainjob_and_uninstall_on_a_cluster_with_nothing_of_ours(
         job.check_identities()
         assert job.foreign() is None
 
+        # A TrainJob that runs through the uninstall, its sidecar checking every 2 s (its interval
+        # set in the converted runtime, as an operator may set it).
+        watched = Scenario(stack, api, namespace, service_account=False)
+        watched.create_runtime(flow.runtime("watched", cpu="100m"))
+        runtime = custom.get_namespaced_custom_object(*TRAINER_API, namespace, "trainingruntimes", "watched")
+        pod_spec = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        pod_spec["initContainers"][0].setdefault("env", []).append(
+            {"name": "DISPATCH_SIDECAR_INTERVAL_SECONDS", "value": "2"})
+        custom.replace_namespaced_custom_object(*TRAINER_API, namespace, "trainingruntimes", "watched", runtime)
+        watched.start("watched", queue="lq", job_id="install.watched", env={"STAY": "1"})  # runs until stopped
+        running = watched.new_pods()[0]
+        watched.run(running)
+
         # Uninstall, in the documented order. 1: our check off the ClusterQueue, until no Workload lists it.
         custom.patch_cluster_custom_object(*KUEUE_API, "clusterqueues", queue, {
             "spec": {"admissionChecksStrategy": None}})
@@ -110,6 +127,16 @@ def test_install_run_a_trainjob_and_uninstall_on_a_cluster_with_nothing_of_ours(
         # 3: the sidecar's RBAC in each training namespace, then controller.yaml.
         kubectl(stack, "delete", "-n", namespace, "-f", str(files["sidecar-rbac.yaml"]))
         kubectl(stack, "delete", "--wait=true", "--timeout=180s", "-f", str(files["controller.yaml"]))
+
+        # The running TrainJob's sidecar lost its ServiceAccount and RBAC: its checks are refused
+        # (401: the token of a deleted ServiceAccount is no longer valid; 403 until the apiserver
+        # sees that), logged and retried, and its trainer runs on, never restarted.
+        wait("the sidecar's check to be refused",
+             lambda: any('"check failed"' in line and ("401" in line or "403" in line)
+                         for line in watched.log(running, names.SIDECAR_CONTAINER).splitlines()))
+        pod = core.read_namespaced_pod(running["metadata"]["name"], namespace)
+        trainer = next(c for c in pod.status.container_statuses if c.name == TRAINER)
+        assert (pod.status.phase, bool(trainer.state.running), trainer.restart_count) == ("Running", True, 0), pod.status
 
         # Nothing of ours is left: no object of either file, no pod of ours anywhere.
         assert kubectl(stack, "get", "--ignore-not-found", "-o", "name", "-f", str(files["controller.yaml"])) == ""
