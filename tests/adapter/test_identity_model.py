@@ -601,11 +601,18 @@ def _search_seed() -> int:
     return int(done.stdout.strip()[:12] or "0", 16)
 
 
+SEED = _search_seed()
+
+
 class Searched(Identity):
-    """The machine the search runs: Identity under the seed above (the failing seed is in its report)."""
+    """The machine the search runs: Identity under the seed above (named in a failure's report)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        hypothesis.note(f"search seed {SEED}: DISPATCH_MODEL_SEED={SEED} replays it")
 
 
-hypothesis.seed(_search_seed())(Searched)
+hypothesis.seed(SEED)(Searched)
 # too_slow: on a busy 2-core machine the generation of 30-step runs can cross hypothesis's time
 # budget for generating data; what the search checks is the same either way.
 Searched.TestCase.settings = hypothesis.settings(max_examples=400, stateful_step_count=30, deadline=None,
