@@ -29,9 +29,20 @@ TrainJob suspended and no pod left. Every admission is approved within
 earlier admission's.
 
 The node's two CPUs hold one execution at a time, so a step waits for the cluster to settle (the
-new execution's identity printed, or the pods gone) before the next one. Reproducible and small in
-`make test` (derandomized, no example database, no shrinking: a failure prints the steps it ran);
-`make faults-soak` runs more and longer examples (DISPATCH_FAULTS_EXAMPLES, DISPATCH_FAULTS_STEPS).
+new execution's identity printed, or the pods gone) before the next one.
+
+The search. In `make test` it is bounded by time, not by a count of examples: examples of up to
+DISPATCH_FAULTS_STEPS steps (6) are started until DISPATCH_FAULTS_BUDGET seconds (200) have passed
+since the first one began (the example under way then runs to its end; the module, its cluster's
+start included, stays under about six minutes on a 2-core machine), or DISPATCH_FAULTS_EXAMPLES
+(100) have run. Its seed is derived from the commit under test (`git rev-parse HEAD`), so one
+commit always searches the same sequences of steps (landing is deterministic) and each new commit
+searches new ones; DISPATCH_FAULTS_SEED=<seed> overrides it. The seed is printed at the start and
+named in a failure's report, with the steps the failing example ran (no example database, no
+shrinking). To replay a failure: the same command with DISPATCH_FAULTS_SEED set to that seed (and
+the same budget, or DISPATCH_FAULTS_BUDGET=0 with DISPATCH_FAULTS_EXAMPLES set to the failing
+example's number: the same seed draws the same examples in the same order). `make faults-soak`
+runs 20 examples of up to 10 steps with no time budget (DISPATCH_FAULTS_BUDGET=0).
 """
 
 from __future__ import annotations
@@ -40,12 +51,15 @@ import logging
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from typing import Any, ClassVar
 
 import hypothesis
+import hypothesis.errors
 import hypothesis.stateful
 import hypothesis.strategies as st
 import kubernetes.client
@@ -57,8 +71,9 @@ from tests.faults import checks
 from toolkit import adapter, kube, names, raising
 
 log = logging.getLogger(__name__)
-EXAMPLES = int(os.environ.get("DISPATCH_FAULTS_EXAMPLES", "3"))
+EXAMPLES = int(os.environ.get("DISPATCH_FAULTS_EXAMPLES", "100"))
 STEPS = int(os.environ.get("DISPATCH_FAULTS_STEPS", "6"))
+BUDGET = float(os.environ.get("DISPATCH_FAULTS_BUDGET", "200"))  # seconds; 0: no time budget
 CONTROLLER = "dispatch-controller"
 # Each execution runs until it is stopped (SIGTERM: exit 0) or takes the file /marks/fail (exit 3: a
 # rank failure). `rm` succeeds for one execution only, so one rank fails per file the test writes.
@@ -284,9 +299,77 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
             shutil.rmtree(self.marks, ignore_errors=True)
 
 
+def search_seed() -> int:
+    """DISPATCH_FAULTS_SEED, else derived from the commit under test (its first 12 hex digits)."""
+    given = os.environ.get("DISPATCH_FAULTS_SEED")
+    if given:
+        return int(given)
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=pathlib.Path(__file__).parent, capture_output=True,
+                          text=True, check=False)
+    return int(done.stdout.strip()[:12] or "0", 16)
+
+
+class BudgetSpent(KeyboardInterrupt):
+    """Ends the search when its time budget is spent. A KeyboardInterrupt because hypothesis lets only
+    an interrupt end a run without recording the example it was starting as a test case: any other
+    exception there would either count as a failure or make its data generation look inconsistent
+    (an example that ended before drawing anything where an earlier one drew)."""
+
+
+class Budget:
+    """The search's time budget: a new example starts while it lasts (the first always does), and
+    always once an example has failed (hypothesis then runs the failing example once more, to
+    report its steps)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.start: float | None = None
+        self.started = 0
+        self.failed = False
+
+    def elapsed(self) -> float:
+        return 0.0 if self.start is None else time.monotonic() - self.start
+
+    def admits_another(self) -> bool:
+        if self.start is None:
+            self.start = time.monotonic()
+        if self.started and self.seconds > 0 and not self.failed and self.elapsed() >= self.seconds:
+            return False
+        self.started += 1
+        return True
+
+
 def test_the_fault_machine(stack: stack_mod.Stack) -> None:
-    machine: Any = type("FaultMachineOnTheStack", (FaultMachine,), {"stack": stack})
-    hypothesis.stateful.run_state_machine_as_test(machine, settings=hypothesis.settings(
-        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None, derandomize=True,
-        phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
-        suppress_health_check=list(hypothesis.HealthCheck)))
+    seed = search_seed()
+    budget = Budget(BUDGET)
+    print(f"fault machine search: seed {seed} (DISPATCH_FAULTS_SEED={seed} replays it), budget "
+          f"{BUDGET:g} s, up to {EXAMPLES} examples of up to {STEPS} steps", flush=True)
+
+    class Bounded(FaultMachine):
+        def __init__(self) -> None:
+            if not budget.admits_another():
+                raise BudgetSpent  # before the example touches the cluster
+            hypothesis.note(f"fault machine search: seed {seed}, example {budget.started}")
+            log.info("example %d (seed %d), %.0f s into the search", budget.started, seed, budget.elapsed())
+            super().__init__()
+
+        def teardown(self) -> None:
+            # Called from hypothesis's `finally`: an exception under way is this example's failure,
+            # unless it is hypothesis's own control flow (an example cut short, a BaseException).
+            raised = sys.exc_info()[1]
+            if isinstance(raised, Exception) and not isinstance(raised, hypothesis.errors.HypothesisException):
+                budget.failed = True
+            super().teardown()
+
+    machine: Any = hypothesis.seed(seed)(type("FaultMachineOnTheStack", (Bounded,), {"stack": stack}))
+    try:
+        # No shrinking: hypothesis stops at the first failure and runs it once more to report it.
+        hypothesis.stateful.run_state_machine_as_test(machine, settings=hypothesis.settings(
+            max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
+            phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+            suppress_health_check=list(hypothesis.HealthCheck)))
+    except BudgetSpent:
+        pass
+    finally:
+        print(f"fault machine search: seed {seed}, {budget.started} examples in {budget.elapsed():.0f} s",
+              flush=True)
