@@ -7,9 +7,15 @@ TrainJob per example (its own namespace and queues), driven by these rules:
   before the raise (the reservation waits on our check while none runs), or, with the moment
   between our raise and our approval held open (`checks.approval_held`), our controller SIGKILLed
   or kube-apiserver restarted there;
-- evict (while running): the Workload deactivated (Kueue evicts it, the TrainJob is suspended, its
-  pods stop), or preempted (a TrainJob of a higher WorkloadPriorityClass takes the quota, runs and
-  ends, and Kueue admits ours again: our raise and approval again);
+- approve after an unsuspend by hand (while deactivated): the approval held open after our raise
+  (what a Ready refused by a policy or a webhook leaves), and meanwhile a person sets
+  spec.suspend false with `kubectl patch`: Trainer creates pods with the raised A before Kueue
+  suspends the TrainJob again (their trainer does not start), and the Workload stays as our raise
+  found it. Our controller's next pass must raise again;
+- deactivate (while running): the Workload deactivated (Kueue evicts it, the TrainJob is
+  suspended, its pods stop);
+- preempt (while running): a TrainJob of a higher WorkloadPriorityClass takes the quota, runs and
+  ends, and Kueue admits ours again (our raise and approval again);
 - raise by hand (while deactivated): an extra raise of A by hand (what a pass of ours that died before its
   approval leaves);
 - restart (while running): the running execution fails (exit 3), JobSet restarts it (J + 1);
@@ -26,12 +32,30 @@ raised-for marker naming this Workload, every live pod carrying N, and one "chec
 admission (nothing approved twice, nothing approved without its raise); while deactivated: the
 TrainJob suspended and no pod left. Every admission is approved within
 `checks.ADMISSION_BOUND_SECONDS` of its fault's end (`checks.admitted`), and its A is above every
-earlier admission's.
+earlier admission's and above every A a pod of ours was created with, whether it ran or not (Ready
+only for an A no execution can have used).
 
 The node's two CPUs hold one execution at a time, so a step waits for the cluster to settle (the
-new execution's identity printed, or the pods gone) before the next one. Reproducible and small in
-`make test` (derandomized, no example database, no shrinking: a failure prints the steps it ran);
-`make faults-soak` runs more and longer examples (DISPATCH_FAULTS_EXAMPLES, DISPATCH_FAULTS_STEPS).
+new execution's identity printed, or the pods gone) before the next one.
+
+The search. In `make test` it is bounded by time, not by a count of examples: examples of up to
+DISPATCH_FAULTS_STEPS steps (6) are started until DISPATCH_FAULTS_BUDGET seconds (200) have passed
+since the first one began (the example under way then runs to its end; the module, its cluster's
+start included, stays under about six minutes on a 2-core machine), or DISPATCH_FAULTS_EXAMPLES
+(100) have run. Its seed is derived from the commit under test (`git rev-parse HEAD`), so one
+commit always searches the same sequences of steps (landing is deterministic) and each new commit
+searches new ones; DISPATCH_FAULTS_SEED=<seed> overrides it. The seed is printed at the start and
+named in a failure's report, with the steps the failing example ran (no example database, no
+shrinking). To replay a failure: the same command with DISPATCH_FAULTS_SEED set to that seed (and
+the same budget, or DISPATCH_FAULTS_BUDGET=0 with DISPATCH_FAULTS_EXAMPLES set to the failing
+example's number: the same seed draws the same examples in the same order). `make faults-soak`
+runs 20 examples of up to 10 steps with no time budget (DISPATCH_FAULTS_BUDGET=0).
+
+The search's bias is the rules' order. Hypothesis's first example takes, at every step, the first
+rule (in its order: the rules without arguments first, by name) whose precondition holds, so in
+every run the first example alternates `deactivate` and `approve_after_an_unsuspend_by_hand`: the
+shortest trace in which an approval would carry an A a pod was created with if the pass approved
+on the raised-for marker alone. The examples after it draw the rules at random.
 """
 
 from __future__ import annotations
@@ -40,12 +64,15 @@ import logging
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from typing import Any, ClassVar
 
 import hypothesis
+import hypothesis.errors
 import hypothesis.stateful
 import hypothesis.strategies as st
 import kubernetes.client
@@ -57,8 +84,9 @@ from tests.faults import checks
 from toolkit import adapter, kube, names, raising
 
 log = logging.getLogger(__name__)
-EXAMPLES = int(os.environ.get("DISPATCH_FAULTS_EXAMPLES", "3"))
+EXAMPLES = int(os.environ.get("DISPATCH_FAULTS_EXAMPLES", "100"))
 STEPS = int(os.environ.get("DISPATCH_FAULTS_STEPS", "6"))
+BUDGET = float(os.environ.get("DISPATCH_FAULTS_BUDGET", "200"))  # seconds; 0: no time budget
 CONTROLLER = "dispatch-controller"
 # Each execution runs until it is stopped (SIGTERM: exit 0) or takes the file /marks/fail (exit 3: a
 # rank failure). `rm` succeeds for one execution only, so one rank fails per file the test writes.
@@ -68,7 +96,7 @@ COMMAND = ["/bin/sh", "-c",
 # not seen yet.
 RUNTIME_NOT_SEEN = ("specified trainingRuntime must be created before the TrainJob is created",
                     "runtime 'sm' not found")
-EVICTIONS = ("deactivated", "preempted")
+TRAINER_API = ("trainer.kubeflow.org", "v1alpha1")
 FAULTS = ("our controller killed", "kube-apiserver restarted")
 APPROVAL_FAULTS = (
     None,
@@ -98,6 +126,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         self.sc.wait("Trainer's webhook to know the runtime", self._started)
         self.resets: list[Execution] = []
         self.admissions: list[int] = []  # the A of each admission, in order
+        self.created_with: set[int] = set()  # the A of every pod of ours seen created, run or not
         self.preemptors = 0
         self.running = False
         self._admitted(since=time.monotonic())
@@ -120,7 +149,10 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         execution's pods carry it and have printed their identity."""
         n = checks.admitted(self.sc, self.check, since=since)
         assert all(n > earlier for earlier in self.admissions), (n, self.admissions)
+        # Ready only for an A no pod has been created with (controller/admission.py).
+        assert all(n > used for used in self.created_with), (n, sorted(self.created_with))
         self.admissions.append(n)
+        self.created_with.add(n)
         pods = self.sc.new_pods()
         checks.carry(pods, n)
         for pod in pods:
@@ -163,15 +195,56 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
                 self.stack.start_process(CONTROLLER)
         self._admitted(since=time.monotonic())
 
+    @hypothesis.stateful.precondition(lambda self: not self.running)
+    @hypothesis.stateful.rule()
+    def approve_after_an_unsuspend_by_hand(self) -> None:
+        """The Workload made active again with our approval held open after our raise (as a Ready
+        refused by a policy or a webhook, or a controller stopped between its two writes, leaves
+        it); meanwhile a person unsuspends the TrainJob by hand (`kubectl patch --type merge -p
+        '{"spec":{"suspend":false}}'`). Trainer creates pods with the raised A before Kueue suspends
+        the TrainJob again (its Workload is not admitted), and the Workload stays as our raise
+        found it. Once the hold ends, our controller's next pass must raise again: the approval's A
+        is above every A a pod was created with (`_admitted`)."""
+        log.info("step: approve_after_an_unsuspend_by_hand")
+        a = raising.counts(self.sc.trainjob()).current
+        with checks.approval_held(self.api, self.check, namespace=self.namespace):
+            self._set_active(True)
+            checks.raised_not_approved(self.sc, self.check, above=a)
+            self.custom.patch_namespaced_custom_object(*TRAINER_API, self.namespace, "trainjobs", self.sc.name,
+                                                       {"spec": {"suspend": False}}, field_manager="kubectl-patch")
+            created: dict[str, int] = {}  # by pod UID: the A it was created with
+
+            def suspended_again() -> bool:
+                pods = self.sc.pods()
+                for pod in pods:
+                    meta = pod["metadata"]
+                    found = (meta.get("annotations") or {}).get(names.ADMISSION_ANNOTATION)
+                    if found is not None:
+                        created[meta["uid"]] = int(found)
+                return bool(self.sc.trainjob()["spec"].get("suspend")) and not pods
+
+            self.sc.wait("Kueue to suspend the TrainJob again and its pods to go", suspended_again)
+            self.created_with.update(created.values())
+            self.sc.seen_pods.update(created)
+            # No flag is required here: on this cluster those pods are suspended again before their
+            # trainer starts (no execution), and our controller flags them only when it judges them
+            # before Kueue's suspension (the resume rule reads who set spec.suspend false last).
+            hypothesis.event(f"the resume by hand: {len(created)} pods created, "
+                             f"{'flagged' if self.sc.foreign() else 'not flagged'}")
+        self._admitted(since=time.monotonic())
+
     @hypothesis.stateful.precondition(lambda self: self.running)
-    @hypothesis.stateful.rule(how=st.sampled_from(EVICTIONS))
-    def evict(self, how: str) -> None:
-        log.info("step: evict (%s)", how)
-        if how == "deactivated":
-            self._set_active(False)
-            self._stopped()
-            return
-        # A TrainJob of a higher priority takes the quota, runs and ends; Kueue admits ours again.
+    @hypothesis.stateful.rule()
+    def deactivate(self) -> None:
+        log.info("step: deactivate")
+        self._set_active(False)
+        self._stopped()
+
+    @hypothesis.stateful.precondition(lambda self: self.running)
+    @hypothesis.stateful.rule()
+    def preempt(self) -> None:
+        """A TrainJob of a higher priority takes the quota, runs and ends; Kueue admits ours again."""
+        log.info("step: preempt")
         self.preemptors += 1
         high = Scenario(self.stack, self.api, self.namespace, service_account=False)
         high.start("sm", queue="lq", job_id=f"fault.high{self.preemptors}",
@@ -284,9 +357,77 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
             shutil.rmtree(self.marks, ignore_errors=True)
 
 
+def search_seed() -> int:
+    """DISPATCH_FAULTS_SEED, else derived from the commit under test (its first 12 hex digits)."""
+    given = os.environ.get("DISPATCH_FAULTS_SEED")
+    if given:
+        return int(given)
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=pathlib.Path(__file__).parent, capture_output=True,
+                          text=True, check=False)
+    return int(done.stdout.strip()[:12] or "0", 16)
+
+
+class BudgetSpent(KeyboardInterrupt):
+    """Ends the search when its time budget is spent. A KeyboardInterrupt because hypothesis lets only
+    an interrupt end a run without recording the example it was starting as a test case: any other
+    exception there would either count as a failure or make its data generation look inconsistent
+    (an example that ended before drawing anything where an earlier one drew)."""
+
+
+class Budget:
+    """The search's time budget: a new example starts while it lasts (the first always does), and
+    always once an example has failed (hypothesis then runs the failing example once more, to
+    report its steps)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.start: float | None = None
+        self.started = 0
+        self.failed = False
+
+    def elapsed(self) -> float:
+        return 0.0 if self.start is None else time.monotonic() - self.start
+
+    def admits_another(self) -> bool:
+        if self.start is None:
+            self.start = time.monotonic()
+        if self.started and self.seconds > 0 and not self.failed and self.elapsed() >= self.seconds:
+            return False
+        self.started += 1
+        return True
+
+
 def test_the_fault_machine(stack: stack_mod.Stack) -> None:
-    machine: Any = type("FaultMachineOnTheStack", (FaultMachine,), {"stack": stack})
-    hypothesis.stateful.run_state_machine_as_test(machine, settings=hypothesis.settings(
-        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None, derandomize=True,
-        phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
-        suppress_health_check=list(hypothesis.HealthCheck)))
+    seed = search_seed()
+    budget = Budget(BUDGET)
+    print(f"fault machine search: seed {seed} (DISPATCH_FAULTS_SEED={seed} replays it), budget "
+          f"{BUDGET:g} s, up to {EXAMPLES} examples of up to {STEPS} steps", flush=True)
+
+    class Bounded(FaultMachine):
+        def __init__(self) -> None:
+            if not budget.admits_another():
+                raise BudgetSpent  # before the example touches the cluster
+            hypothesis.note(f"fault machine search: seed {seed}, example {budget.started}")
+            log.info("example %d (seed %d), %.0f s into the search", budget.started, seed, budget.elapsed())
+            super().__init__()
+
+        def teardown(self) -> None:
+            # Called from hypothesis's `finally`: an exception under way is this example's failure,
+            # unless it is hypothesis's own control flow (an example cut short, a BaseException).
+            raised = sys.exc_info()[1]
+            if isinstance(raised, Exception) and not isinstance(raised, hypothesis.errors.HypothesisException):
+                budget.failed = True
+            super().teardown()
+
+    machine: Any = hypothesis.seed(seed)(type("FaultMachineOnTheStack", (Bounded,), {"stack": stack}))
+    try:
+        # No shrinking: hypothesis stops at the first failure and runs it once more to report it.
+        hypothesis.stateful.run_state_machine_as_test(machine, settings=hypothesis.settings(
+            max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
+            phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+            suppress_health_check=list(hypothesis.HealthCheck)))
+    except BudgetSpent:
+        pass
+    finally:
+        print(f"fault machine search: seed {seed}, {budget.started} examples in {budget.elapsed():.0f} s",
+              flush=True)
