@@ -23,7 +23,6 @@ import pathlib
 import re
 import subprocess
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -32,42 +31,7 @@ from dispatch_fence import checkpoint
 from tests.checkpoint import kit, stores
 
 WORKER = kit.REPO / "tests" / "checkpoint" / "fixtures" / "dcp_worker.py"
-BUILD = kit.REPO / "devcluster" / "build-torch-venv.sh"
 DOC = kit.REPO / "docs" / "checkpoint.md"
-
-
-@pytest.fixture(scope="module")
-def torch_python() -> str:
-    out = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1800, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout.splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[objectstores.Server]:
-    server = objectstores.S3Server()
-    try:
-        yield server.start()
-    finally:
-        server.close()
-
-
-@pytest.fixture(scope="module")
-def gcs() -> Iterator[objectstores.Server]:
-    server = objectstores.GCSServer()
-    try:
-        yield server.start()
-    finally:
-        server.close()
-
-
-@pytest.fixture(params=["posix", "s3", "gcs"])
-def where(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> tuple[str, objectstores.Server | None]:
-    """(root, its server: None for a POSIX root)."""
-    if request.param == "posix":
-        return str(tmp_path / "root"), None
-    server = request.getfixturevalue(request.param)
-    return server.root(), server
 
 
 def torchrun(python: str, env: dict[str, str], *args: str, epoch: int | None = None,

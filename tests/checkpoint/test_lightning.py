@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,40 +21,6 @@ from dispatch_fence import checkpoint
 from tests.checkpoint import kit, stores
 
 WORKER = kit.REPO / "tests" / "checkpoint" / "fixtures" / "lightning_worker.py"
-BUILD = kit.REPO / "devcluster" / "build-torch-venv.sh"
-
-
-@pytest.fixture(scope="module")
-def torch_python() -> str:
-    out = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1800, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout.splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[objectstores.Server]:
-    server = objectstores.S3Server()
-    try:
-        yield server.start()
-    finally:
-        server.close()
-
-
-@pytest.fixture(scope="module")
-def gcs() -> Iterator[objectstores.Server]:
-    server = objectstores.GCSServer()
-    try:
-        yield server.start()
-    finally:
-        server.close()
-
-
-@pytest.fixture(params=["posix", "s3", "gcs"])
-def where(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> tuple[str, objectstores.Server | None]:
-    if request.param == "posix":
-        return str(tmp_path / "root"), None
-    server = request.getfixturevalue(request.param)
-    return server.root(), server
 
 
 def run(python: str, server: objectstores.Server | None, root: str, steps: int, workdir: pathlib.Path, *,
