@@ -1,7 +1,10 @@
-"""Fixtures of the checkpoint tests: the object-store servers (devcluster/objectstores.py)."""
+"""Fixtures of the checkpoint tests: the object-store servers (devcluster/objectstores.py), and
+for the DCP and Lightning suites the torch virtualenv and a root on each store."""
 
 from __future__ import annotations
 
+import pathlib
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -27,3 +30,54 @@ def server_without_conditional_writes(request: pytest.FixtureRequest) -> Iterato
         yield s.start()
     finally:
         s.close()
+
+
+# The torch virtualenv and the stores the DCP and Lightning suites run on.
+BUILD_TORCH = pathlib.Path(__file__).resolve().parents[2] / "devcluster" / "build-torch-venv.sh"
+
+
+@pytest.fixture(scope="module")
+def torch_python() -> str:
+    """The python of the cached torch virtualenv (devcluster/build-torch-venv.sh builds it once)."""
+    out = subprocess.run(["bash", str(BUILD_TORCH)], capture_output=True, text=True, timeout=1800, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[objectstores.Server]:
+    server = objectstores.S3Server()
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[objectstores.Server]:
+    server = objectstores.GCSServer()
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture(params=["posix", "s3", "gcs"])
+def where(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> tuple[str, objectstores.Server | None]:
+    """(root, its server: None for a POSIX root)."""
+    if request.param == "posix":
+        return str(tmp_path / "root"), None
+    server = request.getfixturevalue(request.param)
+    return server.root(), server
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stores_of_this_module_only() -> Iterator[None]:
+    """The fence keeps one store per root and process, configured when first opened; a module's
+    servers are its own, so a root another module opened (the docs' examples share one) must not
+    reach the earlier module's stopped server."""
+    from dispatch_fence import objectstore
+
+    yield
+    objectstore._stores.clear()
+    objectstore._probed.clear()
