@@ -17,8 +17,9 @@
             ──► event:    detector.Detector.event        (a sidecar's report)
 
 Only the leader runs informers and workers (leader election on a Lease,
-`kube.run_leader_election`); a standby is live (/healthz) but not ready
-(/readyz). The probes are plain HTTP on the health port; /metrics is HTTPS on
+`kube.run_leader_election`); a standby is live (/healthz) and ready (/readyz:
+it does its part, so rollouts and drains proceed), and only the synced leader
+answers /leaderz 200 (`health`). The probes are plain HTTP on the health port; /metrics is HTTPS on
 a port of its own, for callers the apiserver authenticates and authorizes
 (`metrics_server`); the leader alone also watches the flagged TrainJobs, for
 the flagged gauge (`metrics`). Losing the lease ends the process (exit 1) so it restarts as a
@@ -300,15 +301,18 @@ def run(settings: Settings) -> int:
 
     def lead() -> None:
         log.info("leading", extra={"lease": settings.lease_name})
+        server.ready.clear()  # not ready until its informers have listed
         metrics.leader.set(1)
         controller.start()
         if controller.wait_synced(60):
             metrics.flagged_source = controller.flagged.items
             server.ready.set()
+            server.leading.set()
             log.info("ready", extra={"port": server.port})
         controller.stop.wait()
 
     def lost() -> None:
+        server.leading.clear()
         metrics.leader.set(0)
         metrics.flagged_source = None
         log.error("lost the lease, exiting")
@@ -321,6 +325,7 @@ def run(settings: Settings) -> int:
                                 "metrics_host": settings.metrics_host, "metrics_port": metrics_server.port,
                                 "leader_elect": settings.leader_elect})
     if settings.leader_elect:
+        server.ready.set()  # a standby, campaigning for the Lease
         elector = threading.Thread(
             target=kube.run_leader_election,
             args=(client,),
@@ -342,6 +347,7 @@ def run(settings: Settings) -> int:
     done.wait()
     log.info("stopping")
     server.ready.clear()
+    server.leading.clear()
     controller.shutdown()
     metrics_server.stop()
     server.stop()

@@ -1,10 +1,15 @@
-"""The probes, /healthz and /readyz, on one small plain-HTTP server of their
-own: the kubelet sends no token, so they cannot share the authenticated
-metrics port (`controller.metrics_server`).
+"""The probes, /healthz, /readyz and /leaderz, on one small plain-HTTP server
+of their own: the kubelet sends no token, so they cannot share the
+authenticated metrics port (`controller.metrics_server`).
 
-/healthz is 200 while the process's loops are alive (the wiring sets it);
-/readyz is 200 once this replica leads and its informers have listed, so a
-standby replica is live but not ready.
+/healthz is 200 while the process's loops are alive (the wiring sets it).
+/readyz is 200 while this replica does its part: standing by for the Lease,
+or leading with its informers listed; 503 while a new leader lists, and once
+it stops. A standby is ready: a Deployment's rolling update waits for its new
+pods to be ready, and a PodDisruptionBudget counts only ready pods, so a
+standby that said 503 would stall every upgrade and block every drain.
+/leaderz is 200 only on the leader whose informers have listed (what a
+person or a test asks to find the leader; the Lease says it too).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ class HealthServer:
         settings' (`Settings.health_host`), not this class's."""
         self.live = threading.Event()
         self.ready = threading.Event()
+        self.leading = threading.Event()
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -28,7 +34,10 @@ class HealthServer:
                     self._reply(200 if outer.live.is_set() else 503, b"ok\n" if outer.live.is_set() else b"down\n")
                 elif self.path == "/readyz":
                     ok = outer.ready.is_set()
-                    self._reply(200 if ok else 503, b"ok\n" if ok else b"not leading\n")
+                    self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
+                elif self.path == "/leaderz":
+                    ok = outer.leading.is_set()
+                    self._reply(200 if ok else 503, b"leading\n" if ok else b"not leading\n")
                 else:
                     self._reply(404, b"not found\n")
 

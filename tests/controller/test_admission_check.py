@@ -181,9 +181,9 @@ def test_leader_election_lets_one_replica_act_and_the_standby_takes_over(admin, 
     check = _check(admin)
     first = start_controller()
     second = start_controller(wait=False)
-    status, _ = second.get("/readyz")
-    assert status == 503 and second.get("/healthz")[0] == 200
-    assert first.get("/readyz")[0] == 200
+    # The standby is live and ready (a rollout and a drain need it so), and does not lead.
+    assert [second.get(p)[0] for p in ("/healthz", "/readyz", "/leaderz")] == [200, 200, 503]
+    assert [first.get(p)[0] for p in ("/readyz", "/leaderz")] == [200, 200]
     assert first.stop() == 0  # SIGTERM: finish the step, exit 0
     second.wait_ready(timeout=20)
     tj = kit.create_trainjob(admin, namespace)
