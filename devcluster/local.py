@@ -37,8 +37,8 @@ import os
 import pathlib
 import shutil
 
-from devcluster import dns, harness, install as install_mod, node as node_mod, procs, registry as registry_mod
-from devcluster import stack as stack_mod
+from devcluster import controller_pods, dns, harness, install as install_mod, node as node_mod, procs
+from devcluster import registry as registry_mod, stack as stack_mod
 
 # The images the local cluster's pods use, moved from podman's store into the node's containerd.
 # The sidecar the local cluster's runtimes name (render.runtime's sidecar_image): this checkout's build.
@@ -160,6 +160,7 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         if release_dir is not None:
             assert prepared is not None
             installed = install_mod.install(running, prepared, out_dir=release_dir)
+            running.ours = controller_pods.ControllerPods(running)  # its logs kept from the first line
             running.installed = dataclasses.replace(installed, leader=install_mod.wait_leading(running))
         running.swept = swept
         return running

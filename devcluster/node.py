@@ -594,6 +594,13 @@ class Node:
     def logs(self, *, lines: int = 60) -> str:
         return "\n".join(f"---- {name} ({p.log_path})\n{p.tail(lines)}" for name, p in self._procs.items())
 
+    def kill_container(self, container_id: str, sig: str = "SIGKILL") -> None:
+        """Send SIG to a container's task through containerd (the id a pod's status names after
+        `containerd://`), as the runtime does when a container is killed; the kubelet sees it end."""
+        done = self._ctr("tasks", "kill", "--signal", sig, container_id, check=False, timeout=30.0)
+        if done.returncode != 0:
+            raise NodeError(f"ctr tasks kill {container_id}: {done.stderr.strip() or done.stdout.strip()}")
+
     # -- pieces ------------------------------------------------------------
 
     def _record_group(self, name: str, proc: harness._Process) -> None:

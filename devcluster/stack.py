@@ -150,6 +150,8 @@ class Stack:
         # The sidecar image the runtimes name: the release's once installed (devcluster/install.py).
         self.sidecar_image: str | None = None
         self.installed: Any = None  # devcluster/install.Installed, when the release runs our controller
+        self.ours: Any = None  # devcluster/controller_pods.ControllerPods: the release's controller, once installed
+        self.release_dir: pathlib.Path | None = None  # where a suite rendered the release installed here
         self.node: Any = None  # the real node (devcluster/node.py), set by local.start
         self.swept: list[str] = []  # what the start had to clean up after an earlier node
         self.workdir = pathlib.Path(plane.workdir) / "e2e"
@@ -204,6 +206,8 @@ class Stack:
         except Exception:  # the plane may already be gone; the processes still must go
             pass
         self._webhooks = []
+        if self.ours is not None:
+            self.ours.logbook.close()
         for name in reversed(list(self._procs)):
             self._procs[name].stop()
         if self.node is not None:
@@ -212,6 +216,8 @@ class Stack:
 
     def logs(self, *, lines: int = 200) -> str:
         text = "\n".join(f"---- {name} ({p.log_path})\n{p.tail(lines)}" for name, p in self._procs.items())
+        if self.ours is not None:
+            text += "\n" + self.ours.logbook.tail(lines)
         return text + ("\n" + self.node.logs(lines=lines) if self.node is not None else "")
 
     def check_alive(self) -> None:
@@ -300,13 +306,13 @@ class Stack:
         raise harness.HarnessError(f"no replica of our controller became ready in {READY_TIMEOUT_SECONDS}s")
 
     def leaders(self, candidates: list[str]) -> list[str]:
-        """Which of these running processes answer readyz 200 (our controller: the leader)."""
+        """Which of these running processes answer /leaderz 200 (our controller's leader, synced)."""
         found = []
         for name in candidates:
             if self._procs[name].popen is None:
                 continue
             try:
-                url = f"http://127.0.0.1:{self._health[name]}/readyz"
+                url = f"http://127.0.0.1:{self._health[name]}/leaderz"
                 with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:
                         found.append(name)
