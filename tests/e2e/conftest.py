@@ -6,7 +6,9 @@ The e2e plane is not the session's shared `control_plane`: installing
 Trainer's and JobSet's webhooks changes how every TrainJob and pod is
 admitted, which would change what the other suites test. So this package
 starts its own plane and stack, of the kind a module asks for (a module that
-sets `E2E_KUEUE = True` gets Kueue and our controller too, `E2E_OURS = False`
+sets `E2E_KUEUE = True` gets Kueue and our controller too, installed from the
+release as a user installs it: its images pulled from the cluster's registry,
+controller.yaml applied, both replicas as pods on the node; `E2E_OURS = False`
 nothing of ours). One stack serves every module of the same kind: the modules
 that use a stack run first, grouped by kind (`pytest_collection_modifyitems`),
 each test in a namespace of its own that is deleted, its pods gone, before
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -94,6 +98,8 @@ def _stop_held() -> None:
         finally:
             _live.remove(running)
             running.plane.stop()
+            if getattr(running, "release_dir", None) is not None:
+                shutil.rmtree(running.release_dir, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -117,7 +123,15 @@ def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
     kind = _kind(request.module)
     if kind not in _held:
         _stop_held()
-        running = local.start(kueue=kind[0], ours=kind[1])  # stops what it started if it fails
+        # Our controller is the release's, installed as a user installs it (its pods on the node).
+        release = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-e2e-release-")) if kind == (True, True) else None
+        try:
+            running = local.start(kueue=kind[0], ours=kind[1], release_dir=release)  # stops what it started if it fails
+        except BaseException:
+            if release is not None:
+                shutil.rmtree(release, ignore_errors=True)
+            raise
+        running.release_dir = release
         _started.extend(running.plane.groups().items())
         _live.append(running)
         _held[kind] = running

@@ -21,8 +21,6 @@ removed once the fault ends, and what the controller does next is the outcome me
 from __future__ import annotations
 
 import contextlib
-import json
-import pathlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -37,6 +35,8 @@ from toolkit import adapter, names, raising
 # (the lease's 15 s duration plus its 2 s retry period) and the relists after an apiserver or etcd
 # restart (the informers' backoff is at most 10 s).
 ADMISSION_BOUND_SECONDS = 30.0
+# How long a line our controller printed may take to reach the suite through the kubelet.
+LOG_DELAY_SECONDS = 5.0
 
 _VAP = ("admissionregistration.k8s.io", "v1")
 
@@ -190,14 +190,19 @@ def carry(pods: list[dict[str, Any]], admission: int) -> None:
     assert seen == {str(admission)}, (seen, admission)
 
 
-def ready_lines(stack: stack_mod.Stack, sc: Scenario) -> list[dict[str, Any]]:
-    """Every "check ready" our controllers (any replica, any restart) logged for SC's Workload."""
+def ready_lines(stack: stack_mod.Stack, sc: Scenario, *, expect: int = 1) -> list[dict[str, Any]]:
+    """Every "check ready" our controller's pods (any replica, any restart) logged for SC's Workload,
+    each with the pod that logged it as "process". The logs reach us through the kubelet a moment
+    after the write: waits up to LOG_DELAY_SECONDS for EXPECT of them, then as long again for any
+    more (a second approval must not be missed)."""
     workload = f"{sc.namespace}/{sc.workload()['metadata']['name']}"
-    found = []
-    for path in sorted(pathlib.Path(stack.plane.log_dir).glob("dispatch-controller*.log")):
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith("{") and '"check ready"' in line:
-                record = json.loads(line)
-                if record.get("workload") == workload:
-                    found.append({**record, "process": path.stem})
-    return found
+
+    def found() -> list[dict[str, Any]]:
+        return [{**record, "process": pod} for pod, record in stack.ours.logbook.lines()
+                if record.get("message") == "check ready" and record.get("workload") == workload]
+
+    deadline = time.monotonic() + LOG_DELAY_SECONDS
+    while len(found()) < expect and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(LOG_DELAY_SECONDS / 5)
+    return found()

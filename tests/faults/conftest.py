@@ -1,8 +1,9 @@
-"""Fixtures of the fault suite: a cluster from `local.start(kueue=True)` (the control plane,
-Trainer, JobSet, Kueue, our controller and the real node), whose parts the faults stop, kill and
-restart. Each module (one fault family) puts back what it stopped; the next module is handed the
+"""Fixtures of the fault suite: a cluster from `local.start(kueue=True, release_dir=...)` (the
+control plane, Trainer, JobSet, Kueue, the real node, and our controller installed from the release:
+both replicas as pods, `stack.ours`, devcluster/controller_pods.py), whose parts the faults stop,
+kill and restart. Each module (one fault family) puts back what it stopped; the next module is handed the
 same cluster only when it is as it was started: the same components and processes running, none
-exited (`_as_started`). Otherwise it is stopped and the next module gets a new one; it is stopped
+exited, both replicas of our controller Ready (`_as_started`). Otherwise it is stopped and the next module gets a new one; it is stopped
 after the package in any case. Every test works in a namespace of its own, deleted once its pods
 are gone. Every process group the cluster ran, restarted ones included, is recorded, and once the
 cluster is stopped none may still have a live process (a leftover fails the test then running,
@@ -11,6 +12,9 @@ then is killed). When a test fails, every process's log is attached to its repor
 
 from __future__ import annotations
 
+import pathlib
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,7 +34,13 @@ _groups: list[tuple[str, procs.Group]] = []  # every process group it ran
 
 
 def _start() -> stack_mod.Stack:
-    running = local.start(kueue=True)  # stops what it started if it fails
+    release = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-faults-release-"))
+    try:
+        running = local.start(kueue=True, release_dir=release)  # stops what it started if it fails
+    except BaseException:
+        shutil.rmtree(release, ignore_errors=True)
+        raise
+    running.release_dir = release
     _live.append(running)
     _groups.extend(running.plane.groups().items())
     _started_with.update(plane=set(running.plane.groups()), stack=set(running.names()))
@@ -44,8 +54,14 @@ def _as_started(running: stack_mod.Stack) -> bool:
     except Exception:
         return False
     plane = running.plane.groups()
-    return (set(plane) == _started_with["plane"] and set(running.names()) == _started_with["stack"]
-            and len(stack_mod.still_running(plane.items())) == len(plane))
+    if not (set(plane) == _started_with["plane"] and set(running.names()) == _started_with["stack"]
+            and len(stack_mod.still_running(plane.items())) == len(plane)):
+        return False
+    try:  # and both replicas of our controller Ready again (a killed one restarted by the kubelet)
+        running.ours.all_running(timeout=120)
+    except Exception:
+        return False
+    return True
 
 
 def _stop() -> None:
@@ -59,6 +75,8 @@ def _stop() -> None:
     _groups.clear()
     running.stop()
     running.plane.stop()
+    if running.release_dir is not None:
+        shutil.rmtree(running.release_dir, ignore_errors=True)
     left = stack_mod.still_running(groups)
     if left:
         stack_mod.clean_up(groups)

@@ -1,12 +1,13 @@
 """A hypothesis state machine over the operations the other fault modules inject one at a time, on
-the real apiserver, Trainer, JobSet, Kueue, our controller and the real node: one Kueue-mode
+the real apiserver, Trainer, JobSet, Kueue, our controller (the release's two replicas, as pods) and
+the real node: one Kueue-mode
 TrainJob per example (its own namespace and queues), driven by these rules:
 
 - approve (while deactivated): the Workload made active again; Kueue reserves quota, our check
-  raises A and approves, the pods run. The approval may meet a fault: our controller SIGKILLed
-  before the raise (the reservation waits on our check while none runs), or, with the moment
-  between our raise and our approval held open (`checks.approval_held`), our controller SIGKILLed
-  or kube-apiserver restarted there;
+  raises A and approves, the pods run. The approval may meet a fault: our controller scaled to
+  zero before the raise (the reservation waits on our check while none runs), or, with the moment
+  between our raise and our approval held open (`checks.approval_held`), the leading replica's
+  container SIGKILLed through the runtime (the standby takes over) or kube-apiserver restarted there;
 - approve after an unsuspend by hand (while deactivated): the approval held open after our raise
   (what a Ready refused by a policy or a webhook leaves), and meanwhile a person sets
   spec.suspend false with `kubectl patch`: Trainer creates pods with the raised A before Kueue
@@ -21,8 +22,8 @@ TrainJob per example (its own namespace and queues), driven by these rules:
 - restart (while running): the running execution fails (exit 3), JobSet restarts it (J + 1);
 - delete the JobSet (while running, not yet flagged): deleted by hand; Trainer rebuilds it (J from
   0), its execution repeats an identity, and our controller flags the TrainJob foreign;
-- fault, at any point: our controller SIGKILLed and started again, or kube-apiserver stopped and
-  started again.
+- fault, at any point: the leading replica's container SIGKILLed through the runtime (the kubelet
+  restarts it, the standby takes the Lease), or kube-apiserver stopped and started again.
 
 After every step (`@invariant`), on what the containers printed and what the cluster shows: the
 identity rule (`check_identities`: every execution's epoch above every earlier one's unless the
@@ -87,7 +88,6 @@ log = logging.getLogger(__name__)
 EXAMPLES = int(os.environ.get("DISPATCH_FAULTS_EXAMPLES", "100"))
 STEPS = int(os.environ.get("DISPATCH_FAULTS_STEPS", "6"))
 BUDGET = float(os.environ.get("DISPATCH_FAULTS_BUDGET", "200"))  # seconds; 0: no time budget
-CONTROLLER = "dispatch-controller"
 # Each execution runs until it is stopped (SIGTERM: exit 0) or takes the file /marks/fail (exit 3: a
 # rank failure). `rm` succeeds for one execution only, so one rank fails per file the test writes.
 COMMAND = ["/bin/sh", "-c",
@@ -178,21 +178,19 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         if fault is None:
             self._set_active(True)
         elif fault == "our controller killed before the raise":
-            self.stack.kill(CONTROLLER)
+            self.stack.ours.stop()
             self._set_active(True)
             checks.reserved_not_raised(self.sc, self.check, admission=a)
-            self.stack.start_process(CONTROLLER)
+            self.stack.ours.start()
         else:
             with checks.approval_held(self.api, self.check, namespace=self.namespace):
                 self._set_active(True)
                 checks.raised_not_approved(self.sc, self.check, above=a)
                 if fault.startswith("our controller"):
-                    self.stack.kill(CONTROLLER)
+                    self.stack.ours.kill_leader()
                 else:
                     self.stack.plane.stop_apiserver()
                     self.stack.plane.start_apiserver()
-            if fault.startswith("our controller"):
-                self.stack.start_process(CONTROLLER)
         self._admitted(since=time.monotonic())
 
     @hypothesis.stateful.precondition(lambda self: not self.running)
@@ -317,8 +315,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
     def fault(self, which: str) -> None:
         log.info("step: fault (%s)", which)
         if which == "our controller killed":
-            self.stack.kill(CONTROLLER)
-            self.stack.start_process(CONTROLLER)
+            self.stack.ours.kill_leader()
         else:
             self.stack.plane.stop_apiserver()
             self.stack.plane.start_apiserver()
@@ -344,7 +341,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
             checks.carry(live, n)
         else:
             assert entry.get("state") != "Ready" and tj["spec"].get("suspend") and not live, (entry, live)
-        assert len(checks.ready_lines(self.stack, self.sc)) == len(self.admissions)
+        assert len(checks.ready_lines(self.stack, self.sc, expect=len(self.admissions))) == len(self.admissions)
 
     def teardown(self) -> None:
         """Delete the namespace and wait for its pods to go: the next example needs the node's CPUs."""

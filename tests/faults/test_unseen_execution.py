@@ -20,7 +20,6 @@ from devcluster import scenario as flow, stack as stack_mod
 from devcluster.scenario import Scenario
 from toolkit import adapter, history, names, paths, raising
 
-CONTROLLER = "dispatch-controller"
 # The first execution (the one that makes /marks/first) runs until it is stopped; later ones exit 0
 # at once. `env` first: the scenario reads the identity from its lines.
 COMMAND = ["/bin/sh", "-c",
@@ -57,7 +56,7 @@ def test_an_execution_below_the_floor_that_ends_while_our_controller_is_down_is_
         # active (its status), which lasts until the held execution's pods are gone.
         sc.wait("the held execution's pods to be gone", lambda: not sc.pods() and not _active(sc))
 
-        stack.stop_process(CONTROLLER)
+        stack.ours.stop()
         assert adapter.raise_admission(sc.client, namespace=namespace, name=sc.name).admission == 2
         time.sleep(1.1)  # the outsider comes a second or more after the raise
         _rewrite_patch(sc, 1)
@@ -68,7 +67,7 @@ def test_an_execution_below_the_floor_that_ends_while_our_controller_is_down_is_
         assert raising.counts(sc.trainjob()).floor == 2
         assert sc.foreign() is None  # nobody has judged it yet
 
-        stack.start_process(CONTROLLER)
+        stack.ours.start()
         cause = f"pod {twin_pod['metadata']['name']} had admission 1, below the floor 2 raised at "
         sc.wait("the flag naming the ended pod", lambda: any(
             line.startswith(cause) for line in (sc.foreign() or "").split("\n")))

@@ -1,21 +1,23 @@
 """No port the local cluster opens serves its data or takes a write from a caller with no
 credentials; what is left is health, and one read-only exception.
 
-The cluster as `toolkit cluster up` runs it (`local.start`: the control plane, Trainer, JobSet,
-Kueue, our controller, the real node). Every TCP socket listening in the host's network namespace
-that belongs to one of its processes (a member of a recorded process group, or a containerd shim
-of the node) is found through the kernel (/proc/net/tcp{,6} and each process's descriptors) and
-asked, in plain HTTP and in TLS with no client certificate, for what each kind of server there
+The cluster as `toolkit cluster up` runs it (`local.start` with the release: the control plane,
+Trainer, JobSet, Kueue, the real node, and our controller installed from the release, its two
+replicas as pods). Every TCP socket listening in the host's network namespace that belongs to one
+of its processes (a member of a recorded process group, or a containerd shim of the node) is found
+through the kernel (/proc/net/tcp{,6} and each process's descriptors), and every port our
+controller's pods declare is dialed at the pod's IP; each is asked, in plain HTTP and in TLS with no client certificate, for what each kind of server there
 would give away: etcd's keys, the apiserver's and the kubelet's pods, metrics, configuration,
 profiles. A port is:
 
 - closed: nothing but errors (a TLS handshake that wants a client certificate, 401, 403, 404);
-- health: 200 only on /healthz, /readyz, /livez or /version (what the apiserver shows anyone);
+- health: 200 only on /healthz, /readyz, /livez, /version or /leaderz (what the apiserver shows
+  anyone, and which replica of our controller leads);
 - open: 200 on anything else.
 
-The only open ports allowed serve read-only counters with no object names: our controller's
-/metrics, and kube-proxy's, whose metrics server v1.37 can neither turn off (its address must be
-IP:port) nor authenticate. Health only where something asks it: the controllers' readiness
+The only open port allowed serves read-only counters with no object names: kube-proxy's metrics,
+whose server v1.37 can neither turn off (its address must be IP:port) nor authenticate. Our
+controller's /metrics wants a token allowed `get` on it. Health only where something asks it: the controllers' readiness
 probes, the apiserver and the scheduler (their public health paths). Not the kubelet's, not
 kube-proxy's.
 """
@@ -28,23 +30,24 @@ import socket
 import ssl
 from collections.abc import Iterator
 
+import kubernetes.client
 import pytest
 
-from devcluster import local, node
+from devcluster import install, local, node
 from devcluster import stack as stack_mod
 
 pytestmark = pytest.mark.cluster
 
-HEALTH = ("/healthz", "/readyz", "/livez", "/version")
+HEALTH = ("/healthz", "/readyz", "/livez", "/version", "/leaderz")
 DATA = ("/metrics", "/api/v1/pods", "/pods", "/configz", "/debug/pprof/", "/stats/summary", "/v3/kv/range")
-ALLOWED_OPEN = {"dispatch-controller", "kube-proxy"}
+ALLOWED_OPEN = {"kube-proxy"}
 ALLOWED_HEALTH = {"kube-apiserver", "kube-scheduler", "jobset-controller", "trainer-controller-manager", "kueue",
                   "dispatch-controller"}
 
 
 @pytest.fixture(scope="module")
-def everything() -> Iterator[stack_mod.Stack]:
-    running = local.start()
+def everything(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.Stack]:
+    running = local.start(release_dir=tmp_path_factory.mktemp("release"))
     try:
         yield running
     finally:
@@ -102,6 +105,15 @@ def _ports(running: stack_mod.Stack) -> dict[tuple[str, int], str]:
     return found
 
 
+def _pod_ports(running: stack_mod.Stack) -> dict[tuple[str, int], str]:
+    """(pod IP, port) -> "dispatch-controller" for every port our controller's pods declare."""
+    with running.plane.api_client() as api:
+        pods = kubernetes.client.CoreV1Api(api).list_namespaced_pod(install.NAMESPACE,
+                                                                    label_selector=install.SELECTOR).items
+    return {(pod.status.pod_ip, port.container_port): "dispatch-controller"
+            for pod in pods if pod.status.pod_ip for c in pod.spec.containers for port in c.ports or []}
+
+
 def _status(address: str, port: int, path: str, *, tls: bool) -> int:
     """The HTTP status a caller with no credentials gets, or 0 for none (refused, reset, TLS alert)."""
     try:
@@ -125,8 +137,8 @@ def _status(address: str, port: int, path: str, *, tls: bool) -> int:
 
 
 def test_every_port_wants_credentials_or_serves_health_only(everything: stack_mod.Stack) -> None:
-    ports = _ports(everything)
-    assert {"etcd", "kube-apiserver", "kubelet", "kueue"} <= set(ports.values()), ports
+    ports = {**_ports(everything), **_pod_ports(everything)}
+    assert {"etcd", "kube-apiserver", "kubelet", "kueue", "dispatch-controller"} <= set(ports.values()), ports
     seen: dict[str, list[str]] = {}
     kinds: dict[str, set[str]] = {"open": set(), "health": set()}
     for (address, port), name in sorted(ports.items()):

@@ -1,0 +1,39 @@
+"""What the install and upgrade tests do as a platform engineer does it: kubectl (the one built with
+the control plane), the ClusterQueue's Active condition, the Workloads that still list our check."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import kubernetes.client
+
+from devcluster import install, stack as stack_mod
+from devcluster.scenario import KUEUE_API
+from tests import waiting
+
+CHECK = "dispatch-admission"  # the AdmissionCheck controller.yaml ships
+WAIT_SECONDS = 180.0
+
+
+def wait(what: str, predicate: Any, *, timeout: float = WAIT_SECONDS) -> Any:
+    return waiting.until(what, predicate, timeout=timeout, interval=0.5)
+
+
+def kubectl(stack: stack_mod.Stack, *args: str) -> str:
+    done = subprocess.run([str(install.kubectl(stack)), "--kubeconfig", stack.plane.kubeconfig, *args],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def active(custom: kubernetes.client.CustomObjectsApi, queue: str) -> bool:
+    cq = custom.get_cluster_custom_object(*KUEUE_API, "clusterqueues", queue)
+    return any(c["type"] == "Active" and c["status"] == "True" for c in (cq.get("status") or {}).get("conditions") or [])
+
+
+def listing_our_check(custom: kubernetes.client.CustomObjectsApi) -> list[str]:
+    """Every Workload, in any namespace, whose status still lists our check."""
+    items = custom.list_cluster_custom_object(*KUEUE_API, "workloads")["items"]
+    return [w["metadata"]["name"] for w in items
+            if any(e.get("name") == CHECK for e in (w.get("status") or {}).get("admissionChecks") or [])]
