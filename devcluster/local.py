@@ -106,9 +106,9 @@ def services_bin() -> pathlib.Path:
 def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
           workdir: pathlib.Path | None = None, detach: bool = False, wait_for_node: bool = True,
           images: tuple[str, ...] = NODE_IMAGES, registry_name: str = registry_mod.DEFAULT_NAME,
-          release_dir: pathlib.Path | None = None, ours: bool = True) -> stack_mod.Stack:
+          release_dir: pathlib.Path | None = None) -> stack_mod.Stack:
     """Start the control plane, the controllers on it (Trainer and JobSet unless not TRAINING;
-    Kueue and ours too if KUEUE), the registry (named REGISTRY_NAME in image references), the
+    Kueue too if KUEUE), the registry (named REGISTRY_NAME in image references), the
     real node, and CoreDNS on it; return the Stack (its `plane` and `node` attributes are the
     other two; `node.registry` is the registry). The caller stops the Stack (which stops the node
     and the registry), then the plane.
@@ -116,9 +116,9 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     WAIT_FOR_NODE: wait while another cluster's node holds this host (tests), else refuse at once.
     RELEASE_DIR: install our release as a user does (devcluster/install.py: the bundle written
     there, its images pushed to the registry, controller.yaml applied), so that our controller runs
-    as the Deployment's pods instead of a host process; `running.installed` is what was installed.
-    OURS=False: nothing of ours at all (neither our controller nor the release): a cluster as a
-    platform engineer has it before installing.
+    as the Deployment's pods; `running.installed` is what was installed, `running.ours` acts on it
+    (devcluster/controller_pods.py). Without it nothing of ours runs: a cluster as a platform
+    engineer has it before installing.
     On any failure, stops what it started and sweeps the host, then re-raises."""
     registry_mod.check_name(registry_name)
     plane_bin = plane_bin or harness.build_binaries()
@@ -151,7 +151,7 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         node_mod.prepare_host(owner=owner(plane.workdir))
         plane.start()
         running = stack_mod.Stack(plane, kueue=kueue, training=training, bin_dir=controllers,
-                                  host_controller=ours and release_dir is None).start()
+                                  host_controller=False).start()
         registry = registry_mod.Registry(plane, bin_dir=services, name=registry_name)
         node = node_mod.Node(plane, plane_bin=plane_bin, controllers_bin=controllers, images=images,
                              cache=cache_dir(), lock_fd=lock, registry=registry)

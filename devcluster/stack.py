@@ -274,52 +274,6 @@ class Stack:
     def metrics_port(self, name: str) -> int:
         return self._metrics[name]
 
-    def start_dispatch_replicas(self, replicas: int = 2, *, lease_namespace: str = "dispatch-system") -> list[str]:
-        """Our controller as the shipped Deployment runs it (deployments/k8s/base/controller): REPLICAS
-        processes with leader election on the Lease `dispatch-controller`, the lease timings at their
-        defaults. The single `dispatch-controller` (no leader election) must be stopped first. Returns
-        the processes' names once every one is live and one of them is ready (leading)."""
-        if self._procs.get("dispatch-controller") is not None and self._procs["dispatch-controller"].popen:
-            raise harness.HarnessError("stop dispatch-controller first: it runs without leader election")
-        with self.plane.api_client() as api:
-            try:
-                kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": lease_namespace}})
-            except kubernetes.client.ApiException as e:
-                if e.status != 409:
-                    raise
-        started = []
-        for i in range(replicas):
-            name = f"dispatch-controller-{i}"
-            health = harness.free_port()
-            self._health[name] = health
-            self._run(name, self._controller_argv(health, "--leader-elect", f"--lease-namespace={lease_namespace}",
-                                                  name=name),
-                      env={"HOME": str(self.workdir), "PYTHONPATH": str(HERE.parent), "HOSTNAME": name})
-            started.append(name)
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
-            for name in started:
-                self._procs[name].check_alive()
-            if self.leaders(started):
-                return started
-            time.sleep(0.2)
-        raise harness.HarnessError(f"no replica of our controller became ready in {READY_TIMEOUT_SECONDS}s")
-
-    def leaders(self, candidates: list[str]) -> list[str]:
-        """Which of these running processes answer /leaderz 200 (our controller's leader, synced)."""
-        found = []
-        for name in candidates:
-            if self._procs[name].popen is None:
-                continue
-            try:
-                url = f"http://127.0.0.1:{self._health[name]}/leaderz"
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        found.append(name)
-            except (urllib.error.URLError, OSError):
-                pass
-        return found
-
     # -- pieces ------------------------------------------------------------
 
     def _certs(self) -> None:

@@ -126,7 +126,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[stack_mod.Stack]:
         # Our controller is the release's, installed as a user installs it (its pods on the node).
         release = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-e2e-release-")) if kind == (True, True) else None
         try:
-            running = local.start(kueue=kind[0], ours=kind[1], release_dir=release)  # stops what it started if it fails
+            running = local.start(kueue=kind[0], release_dir=release)  # stops what it started if it fails
         except BaseException:
             if release is not None:
                 shutil.rmtree(release, ignore_errors=True)
