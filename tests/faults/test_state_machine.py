@@ -12,7 +12,14 @@ TrainJob per example (its own namespace and queues), driven by these rules:
   (what a Ready refused by a policy or a webhook leaves), and meanwhile a person sets
   spec.suspend false with `kubectl patch`: Trainer creates pods with the raised A before Kueue
   suspends the TrainJob again (their trainer does not start), and the Workload stays as our raise
-  found it. Our controller's next pass must raise again;
+  found it. Our controller's next pass must raise again (once per example);
+- approve without our check (while deactivated, not yet flagged, no raise by hand since the last
+  admission): our check taken off the
+  ClusterQueue and the Workload made active: Kueue admits it with nothing raised, Trainer resumes
+  the same JobSet, and its execution repeats the last one's A, J and JobSet. Detection, not
+  prevention: our controller must flag the TrainJob foreign, naming each of its pods as started
+  after spec.suspend was set false by another writer than a raise; the execution is the reset the
+  flag reports. Then the Workload is deactivated and our check put back;
 - deactivate (while running): the Workload deactivated (Kueue evicts it, the TrainJob is
   suspended, its pods stop);
 - preempt (while running): a TrainJob of a higher WorkloadPriorityClass takes the quota, runs and
@@ -54,9 +61,11 @@ runs 20 examples of up to 10 steps with no time budget (DISPATCH_FAULTS_BUDGET=0
 
 The search's bias is the rules' order. Hypothesis's first example takes, at every step, the first
 rule (in its order: the rules without arguments first, by name) whose precondition holds, so in
-every run the first example alternates `deactivate` and `approve_after_an_unsuspend_by_hand`: the
-shortest trace in which an approval would carry an A a pod was created with if the pass approved
-on the raised-for marker alone. The examples after it draw the rules at random.
+every run the first example is `deactivate`, `approve_after_an_unsuspend_by_hand` (the shortest
+trace in which an approval would carry an A a pod was created with if the pass approved on the
+raised-for marker alone), `deactivate`, `approve_without_our_check` (the shortest in which an
+execution repeats the last one's identity with nothing to flag it but who unsuspended it),
+`deactivate`, then an approval. The examples after it draw the rules at random.
 """
 
 from __future__ import annotations
@@ -97,6 +106,8 @@ COMMAND = ["/bin/sh", "-c",
 RUNTIME_NOT_SEEN = ("specified trainingRuntime must be created before the TrainJob is created",
                     "runtime 'sm' not found")
 TRAINER_API = ("trainer.kubeflow.org", "v1alpha1")
+# What our controller's flag says of a pod created after someone other than a raise unsuspended it.
+RESUMED = "started after spec.suspend was set false by "
 FAULTS = ("our controller killed", "kube-apiserver restarted")
 APPROVAL_FAULTS = (
     None,
@@ -129,6 +140,8 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         self.created_with: set[int] = set()  # the A of every pod of ours seen created, run or not
         self.preemptors = 0
         self.running = False
+        self.unsuspended_by_hand = False
+        self.raised_by_hand = False  # since the last admission
         self._admitted(since=time.monotonic())
 
     def _started(self) -> bool:
@@ -153,6 +166,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         assert all(n > used for used in self.created_with), (n, sorted(self.created_with))
         self.admissions.append(n)
         self.created_with.add(n)
+        self.raised_by_hand = False
         pods = self.sc.new_pods()
         checks.carry(pods, n)
         for pod in pods:
@@ -193,7 +207,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
                     self.stack.plane.start_apiserver()
         self._admitted(since=time.monotonic())
 
-    @hypothesis.stateful.precondition(lambda self: not self.running)
+    @hypothesis.stateful.precondition(lambda self: not self.running and not self.unsuspended_by_hand)
     @hypothesis.stateful.rule()
     def approve_after_an_unsuspend_by_hand(self) -> None:
         """The Workload made active again with our approval held open after our raise (as a Ready
@@ -204,6 +218,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         found it. Once the hold ends, our controller's next pass must raise again: the approval's A
         is above every A a pod was created with (`_admitted`)."""
         log.info("step: approve_after_an_unsuspend_by_hand")
+        self.unsuspended_by_hand = True
         a = raising.counts(self.sc.trainjob()).current
         with checks.approval_held(self.api, self.check, namespace=self.namespace):
             self._set_active(True)
@@ -230,6 +245,36 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
             hypothesis.event(f"the resume by hand: {len(created)} pods created, "
                              f"{'flagged' if self.sc.foreign() else 'not flagged'}")
         self._admitted(since=time.monotonic())
+
+    # Not after a raise by hand: a raise since the suspension makes the resume a new A, not a repeat.
+    @hypothesis.stateful.precondition(lambda self: not self.running and not self.resets and not self.raised_by_hand)
+    @hypothesis.stateful.rule()
+    def approve_without_our_check(self) -> None:
+        """Our check taken off the ClusterQueue, the Workload made active: Kueue admits it asking
+        nobody, and Trainer resumes the same JobSet with the A of the last admission. Its execution
+        repeats the last one's identity; our controller must flag each of its pods as started after
+        a writer other than a raise set spec.suspend false. Then deactivated, our check put back."""
+        log.info("step: approve_without_our_check")
+        queue = f"cq-{self.namespace}"
+        strategy = self.custom.get_cluster_custom_object(*flow.KUEUE_API, "clusterqueues", queue)["spec"][
+            "admissionChecksStrategy"]
+        self.custom.patch_cluster_custom_object(*flow.KUEUE_API, "clusterqueues", queue,
+                                                {"spec": {"admissionChecksStrategy": None}})
+        self._set_active(True)
+        pods = self.sc.new_pods()
+        checks.carry(pods, self.admissions[-1])  # nothing raised
+        self.resets.extend(self.sc.run(pod) for pod in pods)
+
+        def flagged() -> bool:
+            lines = [line for line in (self.sc.foreign() or "").split("\n") if RESUMED in line]
+            return all(any(line.startswith(f"pod {p['metadata']['name']} ") for line in lines) for p in pods)
+
+        self.sc.wait("each pod of the admission without our check flagged", flagged,
+                     timeout=checks.ADMISSION_BOUND_SECONDS)
+        self._set_active(False)
+        self._stopped()
+        self.custom.patch_cluster_custom_object(*flow.KUEUE_API, "clusterqueues", queue,
+                                                {"spec": {"admissionChecksStrategy": strategy}})
 
     @hypothesis.stateful.precondition(lambda self: self.running)
     @hypothesis.stateful.rule()
@@ -258,6 +303,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
     @hypothesis.stateful.rule()
     def raise_by_hand(self) -> None:
         log.info("step: raise_by_hand")
+        self.raised_by_hand = True
         before = raising.counts(self.sc.trainjob()).current
         raised = adapter.raise_admission(self.sc.client, namespace=self.namespace, name=self.sc.name)
         assert raised.admission == before + 1
