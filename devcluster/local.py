@@ -106,7 +106,8 @@ def services_bin() -> pathlib.Path:
 def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
           workdir: pathlib.Path | None = None, detach: bool = False, wait_for_node: bool = True,
           images: tuple[str, ...] = NODE_IMAGES, registry_name: str = registry_mod.DEFAULT_NAME,
-          release_dir: pathlib.Path | None = None, ours: bool = True) -> stack_mod.Stack:
+          release_dir: pathlib.Path | None = None, release_controller: bool = True,
+          ours: bool = True) -> stack_mod.Stack:
     """Start the control plane, the controllers on it (Trainer and JobSet unless not TRAINING;
     Kueue and ours too if KUEUE), the registry (named REGISTRY_NAME in image references), the
     real node, and CoreDNS on it; return the Stack (its `plane` and `node` attributes are the
@@ -117,6 +118,8 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     RELEASE_DIR: install our release as a user does (devcluster/install.py: the bundle written
     there, its images pushed to the registry, controller.yaml applied), so that our controller runs
     as the Deployment's pods instead of a host process; `running.installed` is what was installed.
+    RELEASE_CONTROLLER=False: the release's images pushed and its bundle rendered, controller.yaml
+    not applied (a cluster without Kueue cannot take it).
     OURS=False: nothing of ours at all (neither our controller nor the release): a cluster as a
     platform engineer has it before installing.
     On any failure, stops what it started and sweeps the host, then re-raises."""
@@ -159,8 +162,10 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         dns.install(plane, registry, bin_dir=services)
         if release_dir is not None:
             assert prepared is not None
-            installed = install_mod.install(running, prepared, out_dir=release_dir)
-            running.installed = dataclasses.replace(installed, leader=install_mod.wait_leading(running))
+            installed = install_mod.install(running, prepared, out_dir=release_dir, controller=release_controller)
+            if release_controller:
+                installed = dataclasses.replace(installed, leader=install_mod.wait_leading(running))
+            running.installed = installed
         running.swept = swept
         return running
     except BaseException:
