@@ -1,5 +1,5 @@
-"""The dispatcher on the real control plane and the real node, against the reference backend,
-under the shipped Role.
+"""The dispatcher as the release's pod on the real control plane and the real node, against the
+reference backend, under the shipped Role.
 
 Every driver pod is run by the kubelet in the test driver image (tests/dispatcher/cluster.py): it
 reports to the backend itself, waits to be released, fails, is OOM-killed by the kernel under a
@@ -489,9 +489,11 @@ def test_a_driver_pod_whose_secret_is_the_tombstone_never_starts_on_the_kubelet(
 
 def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twice_leaks_no_slot(
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
-    """Each driver, run by the kubelet, reports running and succeeded with its run's token and exits
-    0; a second driver of one run would have a report refused and exit 1. A tombstoned Job's driver
-    never starts (the kubelet cannot make its container), so it is not a dispatch."""
+    """The dispatcher's container SIGKILLed 50 times, each a new pod killed at a random point after
+    its loop started, then once more restarted by the kubelet in its pod. Each driver, run by the
+    kubelet, reports running and succeeded with its run's token and exits 0; a second driver of one
+    run would have a report refused and exit 1. A tombstoned Job's driver never starts (the kubelet
+    cannot make its container), so it is not a dispatch."""
     max_inflight = 4
     rng = random.Random(7)
     with proc.Backend(lease=1.5, host=cluster.BACKEND_HOST) as backend:

@@ -1,5 +1,6 @@
-"""No token leaks: the dispatcher as a real process, on the real control plane and node under the
-shipped Role, against the real reference backend (real HTTP, its SQLite file).
+"""No token leaks: the dispatcher as the release's pod, on the real control plane and node under the
+shipped Role, against the real reference backend (real HTTP, its SQLite file); its log as the
+kubelet keeps it (`pods/log`).
 
 Each case drives every path a token travels with a token made to leak (a
 newline, a carriage return, a quote, a backslash, non-ASCII between two
