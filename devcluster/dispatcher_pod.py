@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import pathlib
 import signal
 import threading
 import time
@@ -113,6 +114,21 @@ def _wait(what: str, predicate: Callable[[], Any], timeout: float) -> Any:
         if time.monotonic() > deadline:
             raise PodError(f"the dispatcher's pod: {what} not within {timeout:.0f}s")
         time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    """PID exists and is not a zombie (a process killed and not yet reaped by its shim is dead)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _exit_code(pod: Any, container: str, known: int | None) -> int | None:
+    """The exit code of POD's CONTAINER if its status says it terminated, else KNOWN."""
+    status = _status(pod, container)
+    return status.state.terminated.exit_code if status is not None and status.state.terminated else known
 
 
 def _status(pod: Any, container: str) -> Any:
@@ -238,44 +254,41 @@ class Pod:
 
         _wait("its pod terminating", terminating, timeout)
         self._signal(pids, signal.SIGKILL)
-
-        def dead() -> bool:
-            try:
-                status = _status(self.core.read_namespaced_pod(name, self.namespace), self.container)
-            except kubernetes.client.ApiException as e:
-                if e.status == 404:
-                    return True
-                raise
-            return status is None or status.state.running is None
-        _wait("its container dead", dead, timeout)
+        _wait("its processes dead", lambda: not any(_alive(pid) for pid in pids), timeout)
 
     def terminate(self, *, timeout: float = POD_TIMEOUT) -> int | None:
         """Scale to zero and follow the pod until it is gone: its container's exit code as the
         kubelet last reported it (None if it reported none)."""
-        pod = self.current
-        assert pod is not None, "terminate before start"
-        name = pod.metadata.name
-        try:
-            start = self.core.read_namespaced_pod(name, self.namespace).metadata.resource_version
-        except kubernetes.client.ApiException as e:
-            if e.status != 404:
-                raise
-            raise PodError(f"terminate: pod {name} is gone already") from None
+        assert self.current is not None, "terminate before start"
+        name = self.current.metadata.name
+        selector = f"metadata.name={name}"
+        deadline = time.monotonic() + timeout
+        listing = self.core.list_namespaced_pod(self.namespace, field_selector=selector)
+        if not listing.items:
+            raise PodError(f"terminate: pod {name} is gone already")
         self.apps.patch_namespaced_deployment_scale(self.deployment, self.namespace, {"spec": {"replicas": 0}})
         code: int | None = None
-        gone = False
-        stream = kubernetes.watch.Watch()
-        for event in stream.stream(self.core.list_namespaced_pod, self.namespace,
-                                   field_selector=f"metadata.name={name}", resource_version=start,
-                                   timeout_seconds=int(timeout)):
-            status = _status(event["object"], self.container)
-            if status is not None and status.state.terminated is not None:
-                code = status.state.terminated.exit_code
-            if event["type"] == "DELETED":
-                gone = True
-                stream.stop()
-        if not gone:
-            raise PodError(f"terminate: pod {name} not gone within {timeout:.0f}s")
+        while True:
+            for pod in listing.items:
+                code = _exit_code(pod, self.container, code)
+            if not listing.items:
+                break
+            try:
+                stream = kubernetes.watch.Watch()
+                for event in stream.stream(self.core.list_namespaced_pod, self.namespace, field_selector=selector,
+                                           resource_version=listing.metadata.resource_version,
+                                           timeout_seconds=max(1, int(deadline - time.monotonic()))):
+                    code = _exit_code(event["object"], self.container, code)
+                    if event["type"] == "DELETED":
+                        stream.stop()
+                        listing.items = []
+            except kubernetes.client.ApiException as e:
+                if e.status != 410:
+                    raise
+            if listing.items:
+                if time.monotonic() > deadline:
+                    raise PodError(f"terminate: pod {name} not gone within {timeout:.0f}s")
+                listing = self.core.list_namespaced_pod(self.namespace, field_selector=selector)  # expired: again
         follower = self.followers.get(name)
         if follower is not None:
             follower.join(timeout=30)
@@ -358,7 +371,7 @@ class _Follower(threading.Thread):
         try:
             response = core.read_namespaced_pod_log(self.pod, self.namespace, container=self.container,
                                                     previous=previous, follow=follow, _preload_content=False,
-                                                    _request_timeout=(10, None if follow else 30))
+                                                    _request_timeout=(10, 600 if follow else 30))
         except kubernetes.client.ApiException:
             return True  # no such container's log (not started, or gone): nothing to take
         except (urllib3.exceptions.HTTPError, OSError):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import kubernetes.client
 import pytest
