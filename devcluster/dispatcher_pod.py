@@ -30,6 +30,7 @@ namespace)` applies them with `kubectl apply --server-side` (devcluster/install.
 from __future__ import annotations
 
 import copy
+import http.client
 import json
 import os
 import pathlib
@@ -348,7 +349,7 @@ class _Follower(threading.Thread):
                         return  # the pod is gone: its containers' logs with it
                     time.sleep(0.2)
                     continue
-                except (urllib3.exceptions.HTTPError, OSError):
+                except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):
                     time.sleep(0.2)  # the apiserver is away
                     continue
                 status = _status(pod, self.container)
@@ -374,7 +375,7 @@ class _Follower(threading.Thread):
                                                     _request_timeout=(10, 600 if follow else 30))
         except kubernetes.client.ApiException:
             return True  # no such container's log (not started, or gone): nothing to take
-        except (urllib3.exceptions.HTTPError, OSError):
+        except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):
             return False
         seen, rest = 0, b""
         try:
@@ -392,7 +393,7 @@ class _Follower(threading.Thread):
                     self.sink.append(rest.decode(errors="replace"))
                     self.taken[container_id] = seen
             return True
-        except (urllib3.exceptions.HTTPError, OSError):
+        except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):
             return False
         finally:
             response.release_conn()
