@@ -23,13 +23,15 @@ import time
 from typing import Any
 
 import kubernetes.client
+import kubernetes.watch
+import yaml
 
 from devcluster import demo_output as out
-from devcluster import dispatcher_pod, install, node, runqueue
+from devcluster import install, node, runqueue
 from devcluster import stack as stack_mod
 from dispatcher import jobspec, names
 
-PART = dispatcher_pod.PART
+PART = "dispatcher.yaml"
 HARNESSES = {"swe-bench": 3, "gpu-eval": 2}  # harness -> its max_parallel in the backend
 RUNS = {"swe-bench": 12, "gpu-eval": 8}
 MAX_INFLIGHT = 4  # the dispatcher's global cap, below the harnesses' 3 + 2
@@ -50,11 +52,27 @@ TIMEOUT = 180.0
 POD_TIMEOUT = 120.0
 
 
+class Released:
+    """What dispatcher.yaml installs, read from the file itself."""
+
+    def __init__(self, text: str) -> None:
+        docs = [d for d in yaml.safe_load_all(text) if d]
+        self.namespace: str = next(d["metadata"]["name"] for d in docs if d["kind"] == "Namespace")
+        deployment = next(d for d in docs if d["kind"] == "Deployment")
+        self.deployment: str = deployment["metadata"]["name"]
+        self.selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        self.container: str = container["name"]
+        env = {e["name"]: e for e in container.get("env", [])}
+        self.secret: str = env["TCAB_BACKEND_URL"]["valueFrom"]["secretKeyRef"]["name"]
+        self.driver_image: str = env["TCAB_DISPATCHER_DRIVER_IMAGE"]["value"]
+
+
 def stage(stack: stack_mod.Stack) -> None:
     installed = stack.installed
     out.expect(installed is not None, "the release is installed")
     release = installed.release
-    shipped = dispatcher_pod.Released(release.files[PART].read_text())
+    shipped = Released(release.files[PART].read_text())
     ns = shipped.namespace
     out.say(f"dispatch: the release's {PART} applied as released; the reference backend, "
             f"{sum(RUNS.values())} runs under two harnesses "
@@ -62,13 +80,14 @@ def stage(stack: stack_mod.Stack) -> None:
             f"namespace {ns}")
     with stack.plane.api_client() as api, runqueue.Backend(host=node.NODE_IP) as backend:
         core = kubernetes.client.CoreV1Api(api)
+        apps = kubernetes.client.AppsV1Api(api)
         batch = kubernetes.client.BatchV1Api(api)
         applied = install.apply(stack, release, PART)
         out.say(f"  {PART} applied as released: sha256 {applied}")
         core.create_namespaced_limit_range(ns, {"metadata": {"name": "memory"}, "spec": {"limits": [
             {"type": "Container", "default": {"memory": MEMORY_LIMIT}}]}})
-        dispatcher = dispatcher_pod.Pod(api, ns)
-        dispatcher.configure(SETTINGS)
+        apps.patch_namespaced_deployment(shipped.deployment, ns, {"spec": {"template": {"spec": {"containers": [
+            {"name": shipped.container, "env": [{"name": k, "value": v} for k, v in SETTINGS.items()]}]}}}})
         out.say("  configured as a user's overlay would: " + ", ".join(f"{k}={v}" for k, v in SETTINGS.items()))
         for harness_name, limit in HARNESSES.items():
             backend.limit(harness_name, limit)
@@ -86,11 +105,11 @@ def stage(stack: stack_mod.Stack) -> None:
         # template's pod (waiting for it) is gone (the Deployment recreates, never overlaps).
         out.wait_until(lambda: _configured_only(core, shipped), "only the configured dispatcher pod left",
                        timeout=POD_TIMEOUT)
-        dispatcher.give_backend(backend.url, backend.token)
-        pod = dispatcher.start(timeout=POD_TIMEOUT).current
-        out.expect(len(dispatcher.pods()) == 1, "the dispatcher's one pod")
+        core.create_namespaced_secret(ns, {"metadata": {"name": shipped.secret},
+                                           "stringData": {"url": backend.url, "token": backend.token}})
+        pod = _running_pod(core, shipped)
         reference = release.references["dispatcher"]
-        expected_id = dispatcher_pod.digest_id(reference)
+        expected_id = f"{reference.split('@')[0].rsplit(':', 1)[0]}@{reference.split('@')[1]}"
         image_ids = {s.image_id for s in pod.status.container_statuses or []}
         out.expect(image_ids == {expected_id}, f"the dispatcher's pod runs {expected_id} (got {sorted(image_ids)})")
         out.say(f"  pod {ns}/{pod.metadata.name} Running on {pod.spec.node_name} as "
@@ -101,8 +120,7 @@ def stage(stack: stack_mod.Stack) -> None:
         peak, by_harness, seen_jobs = _watch(stack, batch, backend, runs, ns)
         out.wait_until(lambda: sandbox not in {p.metadata.name for p in core.list_namespaced_pod(ns).items},
                        "the sandbox pod reaped")
-        stopped = dispatcher.terminate(timeout=POD_TIMEOUT)
-        dispatcher.close()
+        stopped = _scale_to_zero(core, apps, shipped, pod.metadata.name)
         out.expect(stopped == 0, f"the dispatcher's pod stops on SIGTERM with exit 0 (got {stopped})")
         states = collections.Counter(backend.get(i)["state"] for i in runs)
         out.expect(states == {"succeeded": len(runs) - 1, "failed": 1},
@@ -131,9 +149,39 @@ def _env(pod: Any) -> dict[str, str]:
     return {e.name: e.value for c in pod.spec.containers for e in c.env or [] if e.value is not None}
 
 
-def _configured_only(core: Any, shipped: dispatcher_pod.Released) -> bool:
+def _configured_only(core: Any, shipped: Released) -> bool:
     pods = core.list_namespaced_pod(shipped.namespace, label_selector=shipped.selector).items
     return bool(pods) and all(SETTINGS.items() <= _env(p).items() for p in pods)
+
+
+def _running_pod(core: Any, shipped: Released) -> Any:
+    """The dispatcher's one pod, once its container runs."""
+    found: list[Any] = []
+
+    def running() -> bool:
+        pods = core.list_namespaced_pod(shipped.namespace, label_selector=shipped.selector).items
+        found[:] = [p for p in pods if any(s.state.running for s in p.status.container_statuses or [])]
+        return len(found) == 1 and len(pods) == 1
+
+    out.wait_until(running, "the dispatcher's pod running", timeout=POD_TIMEOUT)
+    return found[0]
+
+
+def _scale_to_zero(core: Any, apps: Any, shipped: Released, pod: str) -> int | None:
+    """Scale the Deployment to zero and follow its pod until it is gone: its container's exit code
+    as the kubelet reported it."""
+    start = core.read_namespaced_pod(pod, shipped.namespace).metadata.resource_version
+    apps.patch_namespaced_deployment_scale(shipped.deployment, shipped.namespace, {"spec": {"replicas": 0}})
+    code: int | None = None
+    stream = kubernetes.watch.Watch()
+    for event in stream.stream(core.list_namespaced_pod, shipped.namespace, field_selector=f"metadata.name={pod}",
+                               resource_version=start, timeout_seconds=int(POD_TIMEOUT)):
+        for status in event["object"].status.container_statuses or []:
+            if status.state.terminated is not None:
+                code = status.state.terminated.exit_code
+        if event["type"] == "DELETED":
+            stream.stop()
+    return code
 
 
 def _start_sandbox(core: Any, namespace: str, run_id: str, name: str) -> None:

@@ -502,6 +502,7 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
         uids: dict[str, set[str]] = collections.defaultdict(set)
         state: dict[str, bool] = {}
         peak = [0]
+        at_peak: list[str] = []  # the unfinished Jobs when the peak was reached
         stop = threading.Event()
 
         def observe() -> None:
@@ -520,7 +521,9 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                             state.pop(job.metadata.name, None)
                         else:
                             state[job.metadata.name] = cluster.unfinished(job)
-                        peak[0] = max(peak[0], sum(state.values()))
+                        if sum(state.values()) > peak[0]:
+                            peak[0] = sum(state.values())
+                            at_peak[:] = sorted(n for n, unfinished in state.items() if unfinished)
 
         observer = threading.Thread(target=observe)
         pods = cluster.PodWatch(api_client, namespace)
@@ -575,7 +578,7 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
             "a driver failed (a report refused: its run had already ended)"
         assert set(runs) == {n.removeprefix("tcab-run-") for n in ran}
         assert all(len(backend.get(i)["reports"]) == 2 for i in runs), "a run reported other than running, succeeded"
-        assert peak[0] <= max_inflight
+        assert peak[0] <= max_inflight, at_peak
 
 
 def test_the_apiserver_takes_the_job_and_secret_built_for_any_run_id_and_any_quantity_the_settings_take(
