@@ -50,6 +50,10 @@ from devcluster import harness, install as install_mod, node
 PART = "dispatcher.yaml"
 COMPONENT = "app.kubernetes.io/component=dispatcher"  # the label the Deployment carries
 POD_TIMEOUT = 120.0
+# How long a follower waits, after a running container's log stream ended, for the pod's status to
+# say whether it exited before it follows that container again (a stream cut short: an apiserver
+# restart).
+STALE = 3.0
 
 
 class PodError(harness.HarnessError):
@@ -333,6 +337,7 @@ class _Follower(threading.Thread):
         self.stopping = threading.Event()
         self.taken: dict[str, int] = {}  # container id -> lines taken from its log
         self.done: set[str] = set()  # container ids whose log was read to its end
+        self.ended: dict[str, float] = {}  # container id -> when its followed stream last ended
 
     def stop(self) -> None:
         self.stopping.set()
@@ -361,8 +366,16 @@ class _Follower(threading.Thread):
                 state = status.state if status is not None else None
                 cid = status.container_id if status is not None else None
                 if cid and cid not in self.done and state is not None and (state.running or state.terminated):
-                    if self._take(core, cid, previous=False, follow=state.running is not None) and state.terminated:
+                    if state.running and time.monotonic() - self.ended.get(cid, -STALE) < STALE:
+                        # Its stream ended and the status may not say so yet: once it is restarted,
+                        # the current log is the next container's, never to be taken as this one's.
+                        time.sleep(0.1)
+                        continue
+                    followed = self._take(core, cid, previous=False, follow=state.running is not None)
+                    if followed and state.terminated:
                         self.done.add(cid)
+                    elif state.running:
+                        self.ended[cid] = time.monotonic()
                 time.sleep(0.1)
 
     def _take(self, core: Any, container_id: str, *, previous: bool, follow: bool) -> bool:
