@@ -52,7 +52,7 @@ class InstallError(harness.HarnessError):
 @dataclasses.dataclass(frozen=True)
 class Installed:
     release: bundle.Release
-    applied_sha256: str  # of the bytes handed to kubectl apply
+    applied_sha256: str  # of the bytes handed to kubectl apply (empty when no part was applied)
     build_seconds: float = 0.0  # making sure the images are in local storage (0 when built before)
     push_seconds: float = 0.0  # pushing them to the cluster's registry and rendering the bundle
     leader: str = ""  # the controller pod that held the Lease, Ready, once wait_leading returned
@@ -142,16 +142,17 @@ def prepare(out_dir: pathlib.Path) -> Prepared:
     return Prepared(build=build, local_images=local_images, build_seconds=time.monotonic() - start)
 
 
-def install(running: Any, prepared: Prepared, *, out_dir: pathlib.Path) -> Installed:
+def install(running: Any, prepared: Prepared, *, out_dir: pathlib.Path, controller: bool = True) -> Installed:
     """Push PREPARED's images, render the bundle into OUT_DIR and apply its controller part on
-    RUNNING (a local.start Stack)."""
+    RUNNING (a local.start Stack), unless not CONTROLLER: a cluster without Kueue cannot take it
+    (the AdmissionCheck API), and the dispatcher's suite needs only the images and dispatcher.yaml."""
     registry = running.node.registry
     start = time.monotonic()
     made = bundle.build_release(registry=registry.name, out_dir=out_dir, push=registry.push,
                                 version=prepared.build.version, kubectl=kubectl(running),
                                 local_images=prepared.local_images)
     built, pushed = prepared.build_seconds, time.monotonic() - start
-    applied = apply(running, made, "controller.yaml")
+    applied = apply(running, made, "controller.yaml") if controller else ""
     running.sidecar_image = made.references["sidecar"]
     return Installed(release=made, applied_sha256=applied, build_seconds=built, push_seconds=pushed)
 
@@ -160,11 +161,19 @@ def apply(running: Any, release: bundle.Release, part: str) -> str:
     """Apply the bundle's file PART (controller.yaml, dispatcher.yaml) on RUNNING as released, with
     `kubectl apply --server-side -f`; the sha256 of the bytes applied."""
     manifest = release.files[part]
-    data = manifest.read_bytes()
+    return _apply(running, manifest.read_bytes(), str(manifest))
+
+
+def apply_text(running: Any, text: str, what: str) -> str:
+    """Apply the manifest TEXT (WHAT names it in an error) as `apply` applies a bundle's file."""
+    return _apply(running, text.encode(), what)
+
+
+def _apply(running: Any, data: bytes, what: str) -> str:
     done = subprocess.run([str(kubectl(running)), "--kubeconfig", running.plane.kubeconfig, "apply",
                            "--server-side", "-f", "-"], input=data, capture_output=True, timeout=120, check=False)
     if done.returncode != 0:
-        raise InstallError(f"kubectl apply --server-side -f {manifest}: {done.stderr.decode().strip()}")
+        raise InstallError(f"kubectl apply --server-side -f {what}: {done.stderr.decode().strip()}")
     return hashlib.sha256(data).hexdigest()
 
 

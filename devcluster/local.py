@@ -107,7 +107,7 @@ def services_bin() -> pathlib.Path:
 def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
           workdir: pathlib.Path | None = None, detach: bool = False, wait_for_node: bool = True,
           images: tuple[str, ...] = NODE_IMAGES, registry_name: str = registry_mod.DEFAULT_NAME,
-          release_dir: pathlib.Path | None = None) -> stack_mod.Stack:
+          release_dir: pathlib.Path | None = None, release_controller: bool = True) -> stack_mod.Stack:
     """Start the control plane, the controllers on it (Trainer and JobSet unless not TRAINING;
     Kueue too if KUEUE), the registry (named REGISTRY_NAME in image references), the
     real node, and CoreDNS on it; return the Stack (its `plane` and `node` attributes are the
@@ -120,6 +120,8 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     as the Deployment's pods; `running.installed` is what was installed, `running.ours` acts on it
     (devcluster/controller_pods.py). Without it nothing of ours runs: a cluster as a platform
     engineer has it before installing.
+    RELEASE_CONTROLLER=False: the release's images pushed and its bundle rendered, controller.yaml
+    not applied (a cluster without Kueue cannot take it).
     On any failure, stops what it started and sweeps the host, then re-raises."""
     registry_mod.check_name(registry_name)
     plane_bin = plane_bin or harness.build_binaries()
@@ -160,9 +162,11 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         dns.install(plane, registry, bin_dir=services)
         if release_dir is not None:
             assert prepared is not None
-            installed = install_mod.install(running, prepared, out_dir=release_dir)
-            running.ours = controller_pods.ControllerPods(running)  # its logs kept from the first line
-            running.installed = dataclasses.replace(installed, leader=install_mod.wait_leading(running))
+            installed = install_mod.install(running, prepared, out_dir=release_dir, controller=release_controller)
+            if release_controller:
+                running.ours = controller_pods.ControllerPods(running)  # its logs kept from the first line
+                installed = dataclasses.replace(installed, leader=install_mod.wait_leading(running))
+            running.installed = installed
         running.swept = swept
         return running
     except BaseException:

@@ -279,6 +279,27 @@ def _cgroup_pids() -> set[int]:
     return pids
 
 
+def container_pids(pod_uid: str, container_id: str, proc: pathlib.Path = pathlib.Path("/proc")) -> list[int]:
+    """The host processes of one container of a pod on this node: those whose cgroup is the
+    container's own under the kubelet's `kubepods` in the node's cgroup root
+    (`.../kubepods/[QOS/]pod<UID>/<CONTAINER ID>`, the cgroupfs driver's layout). CONTAINER_ID as
+    the pod's status gives it (`containerd://<id>`) or bare."""
+    cid = container_id.split("://", 1)[-1]
+    pods, pod = f"/{CGROUP_ROOT}/kubepods/", f"/pod{pod_uid}/"
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            lines = (entry / "cgroup").read_text().splitlines()
+        except OSError:
+            continue  # gone meanwhile
+        paths = {line.split(":", 2)[-1] for line in lines}
+        if any(p.startswith(pods) and pod in p and p.endswith(f"/{cid}") for p in paths):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
 def _kill_cgroup_tree() -> None:
     """SIGKILL every process in the node's cgroups until none is left (a container's processes
     outlive a SIGKILLed shim: they are re-parented, not killed)."""

@@ -1,13 +1,11 @@
-"""The run queue beside the local cluster: the reference backend (refbackend/)
-and the dispatcher (dispatcher/), each as a real process, as an operator runs
-them.
+"""The run queue beside the local cluster: the reference backend (refbackend/) as a real
+process, as an operator runs it.
 
-`Backend` starts `python -m refbackend` on a loopback port (or the node's
-address, where driver pods must reach it) with a SQLite file of its own and speaks its HTTP API with the service token; `Dispatcher` starts
-`python -m dispatcher` with a kubeconfig (the shipped ServiceAccount's, from
-`install_rbac`) and keeps its JSON log in a file. Both stop on `close()` and
-on leaving a `with` block. `make demo` and the tests use these; nothing here is
-a stand-in.
+`Backend` starts `python -m refbackend` on a loopback port (or the node's address, where the
+dispatcher's pod and the driver pods must reach it) with a SQLite file of its own and speaks its
+HTTP API with the service token; it stops on `close()` and on leaving a `with` block. `make demo`
+and the tests use it; nothing here is a stand-in. The dispatcher runs as the release's pod
+(devcluster/dispatcher_pod.py).
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,13 +20,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-import kubernetes.client
-import kubernetes.utils
-import yaml
-
 REPO = pathlib.Path(__file__).resolve().parents[1]
-DISPATCHER_MANIFESTS = REPO / "deployments" / "k8s" / "base" / "dispatcher"
-DISPATCHER_SA = "tcab-dispatcher"
 SERVICE_TOKEN = "svc-" + "0123456789abcdef"  # the local backend's service token: a local, throwaway secret
 
 
@@ -127,64 +118,3 @@ class Backend(Client):
 
     def stderr(self) -> str:
         return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
-
-
-def install_rbac(api: kubernetes.client.ApiClient, namespace: str) -> None:
-    """The dispatcher's shipped ServiceAccount, Role and RoleBinding, unmodified, into NAMESPACE."""
-    for name in ("serviceaccount.yaml", "role.yaml", "rolebinding.yaml"):
-        kubernetes.utils.create_from_dict(api, yaml.safe_load((DISPATCHER_MANIFESTS / name).read_text()),
-                                          namespace=namespace)
-
-
-class Dispatcher:
-    """`python -m dispatcher` as a real subprocess; its JSON log lines in a file."""
-
-    def __init__(self, *, kubeconfig: str, namespace: str, backend: Backend, driver_image: str, **env: str) -> None:
-        self.log = tempfile.NamedTemporaryFile(prefix="dispatcher-", suffix=".log", delete=False)
-        self.env = {
-            "PATH": os.environ.get("PATH", ""),
-            "KUBECONFIG": kubeconfig,
-            "TCAB_BACKEND_URL": backend.url,
-            "TCAB_BACKEND_SERVICE_TOKEN": backend.token,
-            "TCAB_DISPATCHER_DRIVER_IMAGE": driver_image,
-            "TCAB_DISPATCHER_NAMESPACE": namespace,
-            "TCAB_DISPATCHER_POLL_INTERVAL": "0.1",
-            "TCAB_DISPATCHER_LOG_LEVEL": "debug",
-            **env,
-        }
-        self.popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Dispatcher:
-        self.popen = subprocess.Popen([sys.executable, "-m", "dispatcher"], cwd=REPO, env=self.env,
-                                      stdout=subprocess.DEVNULL, stderr=self.log)
-        return self
-
-    def kill(self) -> None:
-        assert self.popen is not None
-        self.popen.send_signal(signal.SIGKILL)
-        self.popen.wait()
-
-    def terminate(self, timeout: float = 30.0) -> int:
-        assert self.popen is not None
-        self.popen.send_signal(signal.SIGTERM)
-        return self.popen.wait(timeout=timeout)
-
-    def close(self, *, show: bool = True) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.kill()
-        if show:
-            print("dispatcher log tail:\n" + self.text()[-4000:])  # shown by pytest when a test failed
-        self.log.close()
-        os.unlink(self.log.name)
-
-    def text(self) -> str:
-        return pathlib.Path(self.log.name).read_text()
-
-    def lines(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                out.append({"message": line, "unparsed": True})
-        return out

@@ -30,6 +30,7 @@ import pathlib
 import re
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import kubernetes.client
 import pytest
@@ -58,10 +59,11 @@ def control_plane() -> Iterator[harness.ControlPlane | harness.ExistingCluster]:
 
 
 @contextlib.contextmanager
-def a_node_cluster() -> Iterator[stack_mod.Stack]:
+def a_node_cluster(**options: Any) -> Iterator[stack_mod.Stack]:
     """The local cluster without Trainer, JobSet or Kueue: the control plane and the real node, its
-    logs kept per test like the session plane's."""
-    running = local.start(kueue=False, training=False)
+    logs kept per test like the session plane's. OPTIONS go to `local.start` (e.g. the release's
+    directory)."""
+    running = local.start(kueue=False, training=False, **options)
     _planes.append(running.plane)
     try:
         yield running

@@ -1,16 +1,16 @@
-"""Helpers for the dispatcher's cluster tests: the shipped RBAC, the process, the test driver.
+"""Helpers for the dispatcher's cluster tests: the release's dispatcher pod, the test driver.
 
-The tests run on the local cluster's real node (tests/dispatcher/conftest.py): the kubelet starts
-each driver pod from the Job the dispatcher made, in the test driver image
+The tests run on the local cluster's real node (tests/dispatcher/conftest.py): the dispatcher is
+the release's pod (devcluster/dispatcher_pod.py), under the shipped Role; the kubelet starts each
+driver pod from the Job the dispatcher made, in the release's test driver image
 (images/test-driver/driver), whose behaviour each run's launch request picks (`launch`). The
-reference backend binds the node's address, so drivers reach it to report.
+reference backend binds the node's address, so the dispatcher's pod and the drivers reach it.
 """
 
 from __future__ import annotations
 
 import base64
 import collections
-import pathlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -19,17 +19,15 @@ import kubernetes.client
 import kubernetes.stream
 import kubernetes.watch
 
-from devcluster import node, runqueue
+from devcluster import dispatcher_pod, node, runqueue
 from tests import waiting
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-MANIFESTS = runqueue.DISPATCHER_MANIFESTS
-SA = runqueue.DISPATCHER_SA
-IMAGE = "localhost/dispatch/test-driver:dev"  # in devcluster/local.py NODE_IMAGES
 SANDBOX_IMAGE = "localhost/dispatch-base/busybox:1.35-static"
 BACKEND_HOST = node.NODE_IP  # where pods reach a host service
 OOM_LIMIT = "48Mi"  # the memory limit of `limit_memory`: `tail /dev/zero` passes it in well under a second
 DRIVER_MEMORY_REQUEST = "16Mi"  # a driver's request where a limit is set (a request may not exceed it)
+# What every test's dispatcher runs with unless the test says otherwise: a quick loop, every line.
+TEST_SETTINGS = {"TCAB_DISPATCHER_POLL_INTERVAL": "0.1", "TCAB_DISPATCHER_LOG_LEVEL": "debug"}
 
 
 def launch(driver: str, *, running: bool = False, wait: bool = False, **extra: Any) -> dict[str, Any]:
@@ -39,18 +37,31 @@ def launch(driver: str, *, running: bool = False, wait: bool = False, **extra: A
     return {"driver": driver, **({"running": True} if running else {}), **({"wait": True} if wait else {}), **extra}
 
 
-install_rbac = runqueue.install_rbac  # the shipped ServiceAccount, Role and RoleBinding, unmodified
-
-
 def wait(predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition") -> Any:
     return waiting.until(what, predicate, timeout=timeout, interval=0.1)
 
 
-class Dispatcher(runqueue.Dispatcher):
-    """`python -m dispatcher` as a real subprocess (devcluster/runqueue.py), with the test driver image."""
+class Dispatcher(dispatcher_pod.Pod):
+    """The release's dispatcher as the pod of its Deployment in NAMESPACE (installed there by the
+    `rbac_kubeconfig` fixture), configured with TEST_SETTINGS and ENV as an overlay would, and given
+    BACKEND's URL and service token in its Secret. `env`: the settings it runs with, as the
+    dispatcher reads them."""
 
-    def __init__(self, *, kubeconfig: str, namespace: str, backend: runqueue.Backend, **env: str) -> None:
-        super().__init__(kubeconfig=kubeconfig, namespace=namespace, backend=backend, driver_image=IMAGE, **env)
+    def __init__(self, api: kubernetes.client.ApiClient, *, namespace: str, backend: runqueue.Client,
+                 **env: str) -> None:
+        super().__init__(api, namespace)
+        self.configure({**TEST_SETTINGS, **env})
+        self.give_backend(backend.url, backend.token)
+        self.env.pop("TCAB_DISPATCHER_HEARTBEAT_FILE", None)  # the pod's own directory
+        self.env.update(TCAB_BACKEND_URL=backend.url, TCAB_BACKEND_SERVICE_TOKEN=backend.token,
+                        TCAB_DISPATCHER_NAMESPACE=namespace)
+
+    def close(self, *, show: bool = True) -> None:
+        try:
+            super().close()
+        finally:
+            if show:
+                print("dispatcher log tail:\n" + self.text()[-4000:])  # shown by pytest when a test failed
 
 
 def jobs(api: kubernetes.client.ApiClient, namespace: str) -> list[Any]:

@@ -6,7 +6,7 @@ owned Secrets collected with their Job), serves a watch from its own event log, 
 demand (`fail`).
 
 It is not the proof that the dispatcher works: tests/dispatcher/test_cluster.py and the others run
-the real process on the real control plane.
+the release's dispatcher pod on the real control plane and node.
 """
 
 from __future__ import annotations

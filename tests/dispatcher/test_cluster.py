@@ -1,5 +1,5 @@
-"""The dispatcher on the real control plane and the real node, against the reference backend,
-under the shipped Role.
+"""The dispatcher as the release's pod on the real control plane and the real node, against the
+reference backend, under the shipped Role.
 
 Every driver pod is run by the kubelet in the test driver image (tests/dispatcher/cluster.py): it
 reports to the backend itself, waits to be released, fails, is OOM-killed by the kernel under a
@@ -31,12 +31,6 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
-def rbac_kubeconfig(control_plane: Any, namespace: str, api_client: kubernetes.client.ApiClient) -> str:
-    cluster.install_rbac(api_client, namespace)
-    return str(control_plane.mint_kubeconfig(namespace=namespace, service_account=cluster.SA))
-
-
-@pytest.fixture
 def backend() -> Any:
     with proc.Backend(host=cluster.BACKEND_HOST) as b:
         yield b
@@ -50,7 +44,7 @@ def running_pod(api: kubernetes.client.ApiClient, namespace: str, job_name: str)
 def test_runs_become_jobs_with_the_exact_environment_the_cap_holds_and_slots_come_back(
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, backend: proc.Backend) -> None:
     runs = [backend.enqueue(launch_request={"n": i}) for i in range(5)]
-    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+    d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend,
                            TCAB_DISPATCHER_MAX_INFLIGHT="3", TCAB_K8S_NAMESPACE=namespace,
                            TCAB_K8S_NODE_SELECTOR="pool=runs", TCAB_CONTAINER_IMAGE_TAG="abc123",
                            TCAB_DISPATCHER_JOB_TTL_SECONDS="600")
@@ -123,7 +117,7 @@ def test_an_oom_killed_driver_is_reported_once_with_reason_exit_code_and_log_tai
                      what=f"{sandbox} Running")
     # The first two reports meet a failing backend: retried, then delivered once.
     backend.fault(status=503, count=2, on="status")
-    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+    d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend,
                            TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST=cluster.DRIVER_MEMORY_REQUEST)
     try:
         d.start()
@@ -178,7 +172,7 @@ def test_a_status_report_slower_than_the_backend_timeout_is_retried_and_recorded
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, backend: proc.Backend) -> None:
     run = backend.enqueue()
     name = f"tcab-run-{run['id']}"
-    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+    d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend,
                            TCAB_DISPATCHER_BACKEND_TIMEOUT="0.5")
     try:
         d.start()
@@ -202,7 +196,7 @@ def test_a_404_on_a_status_report_is_tried_exactly_once_and_given_up(
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, backend: proc.Backend) -> None:
     run = backend.enqueue()
     name = f"tcab-run-{run['id']}"
-    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend)
+    d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend)
     try:
         d.start()
         backend.fault(status=404, count=3, on="status")
@@ -227,7 +221,7 @@ def test_claims_that_fail_or_time_out_back_off_and_every_run_is_still_dispatched
         runs = [backend.enqueue()["id"] for _ in range(3)]
         backend.fault(status=503, count=3, on="next")
         backend.fault(delay=1.5, on="next")
-        d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+        d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend,
                                TCAB_DISPATCHER_BACKEND_TIMEOUT="0.5")
         try:
             d.start()
@@ -253,7 +247,7 @@ def test_a_dead_driver_is_reported_with_the_last_lines_of_its_log(
     """`pods/log` goes where it goes on any cluster: the apiserver asks the node's kubelet, which reads
     the container's log file back."""
     run = backend.enqueue(launch_request=cluster.launch("fail"))
-    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+    d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend,
                            TCAB_DISPATCHER_LOG_TAIL_LINES="2")
     try:
         d.start()
@@ -282,7 +276,7 @@ def test_a_driver_that_never_starts_is_reported_once_past_the_start_deadline_and
     first, second = backend.enqueue(), backend.enqueue()
     batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
     absent = "localhost/dispatch/test-driver:absent"
-    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+    d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend,
                            TCAB_DISPATCHER_MAX_INFLIGHT="1", TCAB_DISPATCHER_DRIVER_START_DEADLINE="2",
                            TCAB_DISPATCHER_DRIVER_IMAGE=absent)
     try:
@@ -323,11 +317,11 @@ def test_a_driver_that_never_starts_is_reported_once_past_the_start_deadline_and
 
 
 def test_a_delete_by_uid_spares_a_newer_job_of_the_same_name(
-        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str, driver_image: str) -> None:
     """A tombstoned Job is deleted by uid: if its run already has a new Job of that name, it stays."""
     batch = kubernetes.client.BatchV1Api(api_client)
     config = settings.from_env({"TCAB_BACKEND_URL": "http://127.0.0.1:1", "TCAB_BACKEND_SERVICE_TOKEN": "t",
-                                "TCAB_DISPATCHER_DRIVER_IMAGE": cluster.IMAGE, "TCAB_DISPATCHER_NAMESPACE": namespace})
+                                "TCAB_DISPATCHER_DRIVER_IMAGE": driver_image, "TCAB_DISPATCHER_NAMESPACE": namespace})
     claim = backend_client.Claim(job_id="same-name", token="t", launch_request={})
     name = jobspec.job_name(claim.job_id)
     newer = batch.create_namespaced_job(namespace, jobspec.job(claim, config)).metadata.uid
@@ -365,7 +359,7 @@ def test_recovers_after_the_apiserver_stops_and_starts(
         control_plane: Any, api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str,
         backend: proc.Backend) -> None:
     backend.enqueue()
-    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend)
+    d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend)
     try:
         d.start()
         cluster.wait(lambda: len(cluster.jobs(api_client, namespace)) == 1, what="first Job")
@@ -378,7 +372,8 @@ def test_recovers_after_the_apiserver_stops_and_starts(
         with control_plane.api_client() as api:
             cluster.wait(lambda: len(cluster.jobs(api, namespace)) == 2, timeout=60, what="Job after restart")
             assert {j.metadata.name for j in cluster.jobs(api, namespace)} >= {f"tcab-run-{second['id']}"}
-        assert d.popen is not None and d.popen.poll() is None
+        found = d.running()  # the same container all along: the kubelet restarted nothing
+        assert found is not None and d.seen == {found[1]}
         assert d.terminate() == 0
     finally:
         d.close()
@@ -393,7 +388,7 @@ def test_a_job_left_without_its_secret_is_tombstoned_and_deleted_unreported_and_
     batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
     with proc.Backend(lease=8, host=cluster.BACKEND_HOST) as backend:
         kept, orphan, third = (backend.enqueue() for _ in range(3))
-        d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+        d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend,
                                TCAB_DISPATCHER_MAX_INFLIGHT="2")
         config = settings.from_env(d.env)
         client = backend_client.Backend(url=backend.url, service_token=backend.token, timeout=10)
@@ -460,13 +455,13 @@ def test_a_job_left_without_its_secret_is_tombstoned_and_deleted_unreported_and_
 
 
 def test_a_driver_pod_whose_secret_is_the_tombstone_never_starts_on_the_kubelet(
-        api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+        api_client: kubernetes.client.ApiClient, namespace: str, driver_image: str) -> None:
     """The tombstone (jobspec.tombstone) has no token key: the kubelet refuses to make the container
     (CreateContainerConfigError) on every try, so a tombstoned Job's driver never runs."""
     batch, core = kubernetes.client.BatchV1Api(api_client), kubernetes.client.CoreV1Api(api_client)
     config = settings.from_env({"TCAB_BACKEND_URL": f"http://{cluster.BACKEND_HOST}:1",
                                 "TCAB_BACKEND_SERVICE_TOKEN": "t",
-                                "TCAB_DISPATCHER_DRIVER_IMAGE": cluster.IMAGE, "TCAB_DISPATCHER_NAMESPACE": namespace})
+                                "TCAB_DISPATCHER_DRIVER_IMAGE": driver_image, "TCAB_DISPATCHER_NAMESPACE": namespace})
     claim = backend_client.Claim(job_id="tombstoned", token="t", launch_request={})
     pods = cluster.PodWatch(api_client, namespace)
     pods.start()
@@ -494,9 +489,11 @@ def test_a_driver_pod_whose_secret_is_the_tombstone_never_starts_on_the_kubelet(
 
 def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twice_leaks_no_slot(
         api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
-    """Each driver, run by the kubelet, reports running and succeeded with its run's token and exits
-    0; a second driver of one run would have a report refused and exit 1. A tombstoned Job's driver
-    never starts (the kubelet cannot make its container), so it is not a dispatch."""
+    """The dispatcher's container SIGKILLed 50 times, each a new pod killed at a random point after
+    its loop started, then once more restarted by the kubelet in its pod. Each driver, run by the
+    kubelet, reports running and succeeded with its run's token and exits 0; a second driver of one
+    run would have a report refused and exit 1. A tombstoned Job's driver never starts (the kubelet
+    cannot make its container), so it is not a dispatch."""
     max_inflight = 4
     rng = random.Random(7)
     with proc.Backend(lease=1.5, host=cluster.BACKEND_HOST) as backend:
@@ -505,6 +502,7 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
         uids: dict[str, set[str]] = collections.defaultdict(set)
         state: dict[str, bool] = {}
         peak = [0]
+        at_peak: list[str] = []  # the unfinished Jobs when the peak was reached
         stop = threading.Event()
 
         def observe() -> None:
@@ -523,7 +521,9 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                             state.pop(job.metadata.name, None)
                         else:
                             state[job.metadata.name] = cluster.unfinished(job)
-                        peak[0] = max(peak[0], sum(state.values()))
+                        if sum(state.values()) > peak[0]:
+                            peak[0] = sum(state.values())
+                            at_peak[:] = sorted(n for n, unfinished in state.items() if unfinished)
 
         observer = threading.Thread(target=observe)
         pods = cluster.PodWatch(api_client, namespace)
@@ -535,14 +535,24 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
 
         observer.start()
         pods.start()
-        d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+        d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend,
                                TCAB_DISPATCHER_MAX_INFLIGHT=str(max_inflight), TCAB_DISPATCHER_LOG_LEVEL="info")
+        def started() -> int:
+            return sum(line["message"] == "started" for line in d.lines())
+
         try:
-            for _ in range(50):
+            for i in range(50):
+                # A new pod each time; killed at a random point of its work, frozen first so that it
+                # does nothing more and the kubelet restarts nothing (cluster.Dispatcher.kill).
                 d.start()
-                time.sleep(rng.uniform(0.3, 1.2))
+                cluster.wait(lambda: started() > i, what="the dispatcher's loop started")
+                time.sleep(rng.uniform(0.0, 0.9))
                 d.kill()
             d.start()
+            # And once as the kubelet does it: the container SIGKILLed, restarted in its pod.
+            cluster.wait(lambda: started() > 50, what="the dispatcher's loop started")
+            time.sleep(rng.uniform(0.0, 0.9))
+            d.crash()
             cluster.wait(all_ended, timeout=180, what="every run to end")
             # No slot leaked: runs whose drivers never finish (they wait to be released) still get
             # MAX_INFLIGHT Jobs from the last dispatcher, so all MAX_INFLIGHT slots were free at once.
@@ -554,6 +564,8 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
             assert all(state.get(f"tcab-run-{i}") for i in extra), "an extra run's Job finished: the proof is void"
             assert sum(state.values()) == max_inflight
             assert d.terminate() == 0
+            # Every container's log was read, the one the kubelet restarted included.
+            assert started() == 52 and len(d.seen) == 52
         finally:
             stop.set()
             observer.join(timeout=30)
@@ -566,7 +578,7 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
             "a driver failed (a report refused: its run had already ended)"
         assert set(runs) == {n.removeprefix("tcab-run-") for n in ran}
         assert all(len(backend.get(i)["reports"]) == 2 for i in runs), "a run reported other than running, succeeded"
-        assert peak[0] <= max_inflight
+        assert peak[0] <= max_inflight, at_peak
 
 
 def test_the_apiserver_takes_the_job_and_secret_built_for_any_run_id_and_any_quantity_the_settings_take(

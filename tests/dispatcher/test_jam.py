@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import kubernetes.client
 import pytest
@@ -24,12 +23,6 @@ from tests.refbackend import proc
 pytestmark = pytest.mark.cluster
 
 TERMINAL = ("succeeded", "failed", "cancelled")
-
-
-@pytest.fixture
-def rbac_kubeconfig(control_plane: Any, namespace: str, api_client: kubernetes.client.ApiClient) -> str:
-    cluster.install_rbac(api_client, namespace)
-    return str(control_plane.mint_kubeconfig(namespace=namespace, service_account=cluster.SA))
 
 
 class Observer(threading.Thread):
@@ -82,7 +75,7 @@ def test_a_jam_is_dispatched_strictly_one_entry_after_the_other_while_other_runs
         others = [backend.enqueue(harness="h1"), backend.enqueue(harness="h2"),
                   backend.enqueue(harness="h2", jam="spring", model="m2")]
         job = {r["id"]: jobspec.job_name(r["id"]) for r in entries + others}
-        d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=backend,
+        d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend,
                                TCAB_DISPATCHER_MAX_INFLIGHT="10",
                                TCAB_DISPATCHER_DRIVER_MEMORY_REQUEST=cluster.DRIVER_MEMORY_REQUEST)
         observer = Observer(cluster.control_plane_client(api_client), namespace, backend, entries)

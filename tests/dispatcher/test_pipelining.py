@@ -31,16 +31,14 @@ RUNS = 12
 
 
 def test_a_run_offered_twice_at_once_to_claims_in_flight_gets_one_job_and_is_dispatched_once(
-        control_plane: Any, api_client: kubernetes.client.ApiClient, namespace: str) -> None:
-    cluster.install_rbac(api_client, namespace)
-    kubeconfig = str(control_plane.mint_kubeconfig(namespace=namespace, service_account=cluster.SA))
+        api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str) -> None:
     added: dict[str, set[str]] = collections.defaultdict(set)
     deleted: list[str] = []
     stop = threading.Event()
     watching = threading.Event()
     started: list[threading.Timer] = []
     runs: dict[str, dict[str, str]] = {}
-    backend = proc.Backend(lease=0.01)
+    backend = proc.Backend(lease=0.01, host=cluster.BACKEND_HOST)
 
     def watch() -> None:
         with cluster.control_plane_client(api_client) as api:
@@ -64,7 +62,7 @@ def test_a_run_offered_twice_at_once_to_claims_in_flight_gets_one_job_and_is_dis
     watcher.start()
     with backend:
         runs.update({f"tcab-run-{r['id']}": r for r in (backend.enqueue() for _ in range(RUNS))})
-        d = cluster.Dispatcher(kubeconfig=kubeconfig, namespace=namespace, backend=backend,
+        d = cluster.Dispatcher(api_client, namespace=namespace, backend=backend,
                                TCAB_DISPATCHER_MAX_INFLIGHT="50", TCAB_DISPATCHER_WORKERS="8",
                                TCAB_DISPATCHER_LOG_LEVEL="info")
         try:

@@ -1,5 +1,6 @@
-"""No token leaks: the dispatcher as a real process, on the real control plane and node under the
-shipped Role, against the real reference backend (real HTTP, its SQLite file).
+"""No token leaks: the dispatcher as the release's pod, on the real control plane and node under the
+shipped Role, against the real reference backend (real HTTP, its SQLite file); its log as the
+kubelet keeps it (`pods/log`).
 
 Each case drives every path a token travels with a token made to leak (a
 newline, a carriage return, a quote, a backslash, non-ASCII between two
@@ -39,12 +40,6 @@ from tests.refbackend import proc
 pytestmark = pytest.mark.cluster
 
 LEAKY = {"newline": "\n", "carriage-return": "\r", "quote": '"', "backslash": "\\", "non-ascii": "\u00e9\u2603"}
-
-
-@pytest.fixture
-def rbac_kubeconfig(control_plane: Any, namespace: str, api_client: kubernetes.client.ApiClient) -> str:
-    cluster.install_rbac(api_client, namespace)
-    return str(control_plane.mint_kubeconfig(namespace=namespace, service_account=cluster.SA))
 
 
 @pytest.fixture
@@ -101,13 +96,13 @@ def non_secret_objects(api: kubernetes.client.ApiClient, namespace: str) -> dict
 @pytest.mark.parametrize("kind", sorted(LEAKY))
 def test_a_token_made_to_leak_reaches_no_log_no_report_no_event_and_no_object(
         kind: str, api_client: kubernetes.client.ApiClient, namespace: str, rbac_kubeconfig: str,
-        ref: proc.Backend) -> None:
+        driver_image: str, ref: proc.Backend) -> None:
     halves = (uuid.uuid4().hex[:14], uuid.uuid4().hex[:14])
     bad = f"{halves[0]}{LEAKY[kind]}{halves[1]}"
     core = kubernetes.client.CoreV1Api(api_client)
     batch = kubernetes.client.BatchV1Api(api_client)
     config = settings.from_env({"TCAB_BACKEND_URL": ref.url, "TCAB_BACKEND_SERVICE_TOKEN": ref.token,
-                                "TCAB_DISPATCHER_DRIVER_IMAGE": cluster.IMAGE, "TCAB_DISPATCHER_NAMESPACE": namespace})
+                                "TCAB_DISPATCHER_DRIVER_IMAGE": driver_image, "TCAB_DISPATCHER_NAMESPACE": namespace})
 
     # An earlier dispatcher claimed `left` and made its Job; its Secret holds the bad token.
     left = ref.enqueue(launch_request=cluster.launch("fail"))
@@ -121,7 +116,7 @@ def test_a_token_made_to_leak_reaches_no_log_no_report_no_event_and_no_object(
     refused, fine = ref.enqueue(), ref.enqueue(launch_request=cluster.launch("leak", wait=True))
     set_token(ref, refused["id"], bad)
 
-    d = cluster.Dispatcher(kubeconfig=rbac_kubeconfig, namespace=namespace, backend=ref)
+    d = cluster.Dispatcher(api_client, namespace=namespace, backend=ref)
     try:
         d.start()
         refusal = cluster.wait(lambda: next((line for line in d.lines() if line["message"].startswith(
