@@ -161,13 +161,19 @@ def reconcile_workload(
     name: str,
     ours: set[str],
     on_conflict: Any = None,
+    seen: Obj | None = None,
 ) -> Outcome:
-    """One pass over one Workload, from a fresh read (never the cache: a
-    stale Pending must not cause a raise for an admission already approved)."""
-    try:
-        workload = client.get(paths.WORKLOAD, name=name, namespace=namespace)
-    except kube.NotFound:
-        return Outcome("skipped")
+    """One pass over one Workload. `seen` is the informer's copy that queued it (None: read it
+    now). The copy only says whether to look: nothing it says is trusted for a write (see
+    "Which reads may be cached" in the module docstring); the TrainJob is read fresh, the raise is
+    preconditioned on it, and the Workload is read fresh after the raise, for the Ready."""
+    cached = seen is not None
+    if seen is None:
+        try:
+            seen = client.get(paths.WORKLOAD, name=name, namespace=namespace)
+        except kube.NotFound:
+            return Outcome("skipped")
+    workload = seen
     checks = pending_checks(workload, ours)
     if not checks:
         return Outcome("skipped")
@@ -181,12 +187,14 @@ def reconcile_workload(
         if not marks.owned_by(workload, current):
             return Outcome("skipped")  # a deleted predecessor's of the same name: gone with it
     if current is None or trainjob is None or not marks.is_ours(current):
-        return _set(client, workload, checks=checks, state="Ready", message=UNTOUCHED, action="untouched")
+        return _set(client, workload, checks=checks, state="Ready", message=UNTOUCHED, action="untouched",
+                    ours=ours if cached else None)
     try:
         adapter.check_runtime(client, trainjob=current)
     except adapter.AdapterError as exc:
         log.warning("runtime refused, check Rejected: %s", exc, extra={"workload": f"{namespace}/{name}"})
-        return _set(client, workload, checks=checks, state="Rejected", message=str(exc), action="rejected")
+        return _set(client, workload, checks=checks, state="Rejected", message=str(exc), action="rejected",
+                    ours=ours if cached else None)
     def already(tj: Obj) -> int | None:
         return raising.counts(tj).current if raised_here(tj, workload) else None
 
@@ -205,6 +213,21 @@ def reconcile_workload(
         log.warning("not raised, check left Pending: %s", exc, extra={"workload": f"{namespace}/{name}"})
         return Outcome("refused")
     reserved = workload  # the version the raise was for (its marker names it)
+    # The Workload read after the raise, not before: Kueue's own writes of the reservation (and its
+    # reaction to the raise) have mostly landed by now, so the Ready below rarely meets a 409.
+    try:
+        workload = client.get(paths.WORKLOAD, name=name, namespace=namespace)
+    except kube.NotFound:
+        return Outcome("stale", raised.admission, raised.conflicts, raised.written)
+    if workload["metadata"].get("resourceVersion") != reserved["metadata"].get("resourceVersion"):
+        # Not the version the raise was for: approvable only as `_still_approvable` says.
+        again = _still_approvable(client, reserved, checks=checks, ours=ours, trainjob=trainjob, raised=raised,
+                                  again=workload)
+        if again is None:
+            return Outcome("stale", raised.admission, raised.conflicts, raised.written)
+        workload = again
+    elif pending_checks(workload, ours) != checks or workload["metadata"].get("uid") != reserved["metadata"].get("uid"):
+        return Outcome("stale", raised.admission, raised.conflicts, raised.written)
     for _ in range(READY_ATTEMPTS):
         try:
             client.replace(paths.WORKLOAD, with_check_ready(workload, checks=checks, admission=raised.admission),
@@ -230,7 +253,7 @@ def reconcile_workload(
 
 
 def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], ours: set[str], trainjob: str,
-                      raised: adapter.Raised) -> Obj | None:
+                      raised: adapter.Raised, again: Obj | None = None) -> Obj | None:
     """The Workload read again, when the A just raised may still be its approval; else None.
 
     It may when the Workload is the same object still waiting on the same checks of ours, and the
@@ -240,7 +263,8 @@ def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], 
     harmless, sends the decision back to a fresh pass."""
     namespace = workload["metadata"]["namespace"]
     try:
-        again = client.get(paths.WORKLOAD, name=workload["metadata"]["name"], namespace=namespace)
+        if again is None:
+            again = client.get(paths.WORKLOAD, name=workload["metadata"]["name"], namespace=namespace)
         tj = client.get(paths.TRAINJOB, name=trainjob, namespace=namespace)
     except kube.NotFound:
         return None
@@ -254,9 +278,17 @@ def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], 
     return again if same and untouched else None
 
 
-def _set(client: kube.Client, workload: Obj, *, checks: list[str], state: str, message: str, action: str) -> Outcome:
-    """Our checks set to `state` without a raise, preconditioned on the version read."""
+def _set(client: kube.Client, workload: Obj, *, checks: list[str], state: str, message: str, action: str,
+         ours: set[str] | None = None) -> Outcome:
+    """Our checks set to `state` without a raise, preconditioned on the version read. `ours`: the
+    Workload given is an informer's copy, read again first (it must still wait on the same checks)."""
     try:
+        if ours is not None:
+            uid = workload["metadata"].get("uid")
+            workload = client.get(paths.WORKLOAD, name=workload["metadata"]["name"],
+                                  namespace=workload["metadata"]["namespace"])
+            if workload["metadata"].get("uid") != uid or pending_checks(workload, ours) != checks:
+                return Outcome("stale")
         client.replace(paths.WORKLOAD, with_checks(workload, checks=checks, state=state, message=message),
                        subresource="status")
     except (kube.Conflict, kube.NotFound):

@@ -101,6 +101,11 @@ class Controller:
         # the worker a read of the TrainJob, ahead of admissions in the queue (bench/admission).
         # Dropped when the JobSet is deleted; written by the JobSet informer's thread only.
         self._jobset_uids: dict[str, str] = {}
+        # Workload keys a worker queued again (a stale pass, a refusal, an error): their next pass
+        # reads the Workload afresh instead of the informer's copy. Set and popped by workers only
+        # (one worker holds a key at a time); a key whose Workload is deleted meanwhile stays until
+        # a Workload of that name is queued again (one entry per name, bounded by the names seen).
+        self._read_fresh: dict[tuple[str, str, str], bool] = {}
         ns = settings.namespace or None
         mk = lambda res, handler, **kw: informer.Informer(  # noqa: E731
             client, res, handler=handler, namespace=ns if res.namespaced else None, stop=self.stop, **kw
@@ -192,8 +197,12 @@ class Controller:
             # Read before the write: our own Ready comes back as a watch event
             # that drops the entry, maybe before this worker gets here again.
             started = self._seen_reserved.get(uid)
+            # The informer's copy that queued it decides whether to look (reconcile_workload trusts
+            # it for nothing it writes); a pass this worker queued again reads the Workload afresh.
+            seen = None if self._read_fresh.pop(key, None) else obj
             outcome = admission.reconcile_workload(
-                self.client, namespace=namespace, name=name, ours=ours, on_conflict=self.metrics.conflicts.inc
+                self.client, namespace=namespace, name=name, ours=ours, on_conflict=self.metrics.conflicts.inc,
+                seen=seen,
             )
             if outcome.raised:
                 self.metrics.raises.inc()
@@ -210,9 +219,11 @@ class Controller:
             elif outcome.action in ("untouched", "rejected"):
                 log.info("check set without a raise", extra={"workload": f"{namespace}/{name}", "outcome": outcome.action})
             elif outcome.action == "stale":
+                self._read_fresh[key] = True
                 self.queue.add_after(key, obj, 0.05)
             elif outcome.action == "refused":
                 # e.g. the TrainJob is not suspended: look again later, never approve
+                self._read_fresh[key] = True
                 self.queue.add_after(key, obj, 2.0)
         elif kind == "jobset":
             self.detector.jobset(obj)
@@ -232,6 +243,8 @@ class Controller:
             except Exception:
                 self.metrics.reconcile_errors.labels(kind=key[0]).inc()  # type: ignore[index]
                 log.exception("reconcile failed, retrying", extra={"key": "/".join(key)})  # type: ignore[arg-type]
+                if key[0] == "workload":  # type: ignore[index]
+                    self._read_fresh[key] = True  # type: ignore[index]
                 self.queue.add_after(key, obj, 1.0)
             finally:
                 self.queue.done(key)
