@@ -125,6 +125,9 @@ class Store(kube.Client):
                                       "ownerReferences": [owner]},
                          "status": {"conditions": [], "admissionChecks": [{"name": CHECK, "state": "Pending"}]}}
         self.refuse_ready = False  # the next write of the Workload's status is refused (a policy, an error)
+        # Every version of the Workload so far: what an informer's copy can be when a pass begins
+        # (a watch that lags hands it any earlier version).
+        self.versions: list[dict] = [copy.deepcopy(self.workload)]
 
     @property
     def admitted(self) -> bool:
@@ -136,6 +139,7 @@ class Store(kube.Client):
         self.workload = admission.with_checks(self.workload, checks=[CHECK], state="Pending", message="")
         self.workload["status"]["conditions"] = [{"type": "QuotaReserved", "status": str(reserved)}]
         self.workload["metadata"]["resourceVersion"] = str(int(self.workload["metadata"]["resourceVersion"]) + 1)
+        self.versions.append(copy.deepcopy(self.workload))
 
     def kueue_reserves(self) -> None:
         self._workload_written(reserved=True)
@@ -172,6 +176,7 @@ class Store(kube.Client):
                 raise kube.Conflict(409, "Conflict", "the object has been modified")
             self.workload = copy.deepcopy(obj)
             self.workload["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+            self.versions.append(copy.deepcopy(self.workload))
             if admission.check_state(self.workload, CHECK) == "Retry":  # adopt's requeue: Kueue evicts
                 self.kueue_evicts()
             return copy.deepcopy(self.workload)
@@ -318,13 +323,13 @@ class Identity(stateful.RuleBasedStateMachine):
         self.conflicts += raised.conflicts
         self.raises.append(self.step)
 
-    def _pass(self, *, ready_refused: bool = False) -> admission.Outcome:
+    def _pass(self, *, ready_refused: bool = False, seen: dict | None = None) -> admission.Outcome:
         """The admission check's pass over the Workload (`admission.reconcile_workload`, from a fresh
         read); `ready_refused`: its Ready write fails after the raise (refused by a policy or a
         webhook, an error, or the controller stopped between the two writes)."""
         self.store.refuse_ready = ready_refused
         try:
-            done = admission.reconcile_workload(self.store, namespace="ns", name="wl", ours={CHECK})
+            done = admission.reconcile_workload(self.store, namespace="ns", name="wl", ours={CHECK}, seen=seen)
         except kube.Forbidden:  # the approval of a TrainJob not ours (no raise) refused: the worker retries
             assert ready_refused and not marks.is_ours(self.store.obj)
             done = admission.Outcome("refused")
@@ -406,6 +411,13 @@ class Identity(stateful.RuleBasedStateMachine):
     def controller_passes_again(self) -> None:
         """The admission check's next pass over a Workload Kueue has not written since."""
         self._pass()
+
+    @stateful.rule(data=st.data())
+    def controller_passes_from_a_stale_copy(self, data) -> None:
+        """The admission check's pass handed an informer's copy of the Workload that may be any
+        earlier version (a watch that lags), whatever runs now: the copy only says where to look."""
+        seen = data.draw(st.sampled_from(self.store.versions), label="the copy")
+        self._pass(seen=copy.deepcopy(seen))
 
     @stateful.precondition(lambda self: not self.running and self.store.admitted)
     @stateful.rule()
