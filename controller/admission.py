@@ -28,8 +28,27 @@ reactivates it. Otherwise:
        where rv is the Workload resourceVersion that showed the reservation
        and the generation is the one this update gives the TrainJob (one
        more than the generation read: a raise always changes the spec);
-    2. set our check Ready ("A raised to N"), as a status update
-       preconditioned on that same rv.
+    2. read the Workload again, now, after the raise, and set our check
+       Ready ("A raised to N") on the version read, as a status update
+       preconditioned on it: directly when it is still the version rv the
+       raise was for; when Kueue wrote it since (it often does, right after
+       its reservation or in reply to the raise), only as `_still_approvable`
+       says (below), from a fresh read of the TrainJob.
+
+Which reads may be cached. The pass starts from the informer's copy of the
+Workload that queued it (a pass the worker queued again, after a stale or
+refused pass or an error, reads it fresh). That copy only says where to
+look: it can be any earlier version (a watch that lags), and nothing written
+trusts it. The TrainJob is read fresh and the raise is preconditioned on that
+read, so whether this TrainJob was already raised for this admission
+(`raised_here`: suspended, at the generation its raise left) is decided on
+the TrainJob as it is; a stale copy's rv only makes the marker older, which
+costs at most a second raise (A only grows). The Ready is written on the
+version read after the raise and checked there: the same Workload (uid),
+still waiting on the same checks of ours; a copy that showed a reservation
+the Workload no longer has approves nothing. Reading the Workload after the
+raise rather than before is also what spares most passes a 409 on the Ready
+(Kueue's writes after the reservation land while we raise).
 
 The invariant: Ready is only ever written with an A that no execution has
 started with. An execution starts only when spec.suspend goes false, which
@@ -42,10 +61,11 @@ TrainJob carries raised-for = W/g and Ready is written on that version W
 version of the same Workload still waiting on our check and the TrainJob
 unchanged since its own raise (`_still_approvable`).
 
-A 409 on step 2 (Kueue wrote the Workload between our read and our Ready)
-is that second case: the pass reads both again and, if they still qualify,
-writes Ready on the new version with the same A, so one admission costs one
-raise. Otherwise the next pass decides from a fresh read. Any other refusal
+A Workload written since the raise's version (step 2), or a 409 on the
+Ready (Kueue wrote it between our read and our Ready), is that second case:
+the pass reads the TrainJob again (and, after a 409, the Workload) and, if
+both still qualify, writes Ready on the new version with the same A, so one
+admission costs one raise. Otherwise the next pass decides from a fresh read. Any other refusal
 of step 2 (an admission policy, a webhook, an error) leaves the check
 Pending and the next pass decides from a fresh read too.
 
