@@ -110,8 +110,9 @@ class Controller:
         mk = lambda res, handler, **kw: informer.Informer(  # noqa: E731
             client, res, handler=handler, namespace=ns if res.namespaced else None, stop=self.stop, **kw
         )
-        # A cached Workload or JobSet is only a key and a status to this controller (a Workload is
-        # read fresh before anything is written; the JobSet rule reads the UID): their specs, which
+        # A cached Workload or JobSet is only a key and a status to this controller (a Workload's
+        # says whether to look, and it is read fresh before its status is written; the JobSet rule
+        # reads the UID): their specs, which
         # hold every pod template, are not kept, nor any object's managedFields (bench/admission).
         self.informers = [
             mk(paths.ADMISSION_CHECK, self._on_check),
