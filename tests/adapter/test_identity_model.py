@@ -824,3 +824,39 @@ def test_the_model_can_fail_when_the_raised_for_marker_alone_approves(monkeypatc
     monkeypatch.setattr(admission, "raised_here", marker_only)
     with pytest.raises(AssertionError, match="Ready with A 1, an A an execution already used"):
         _ready_failed_then_resumed_by_hand_trace()
+
+
+def _stale_copy_after_a_start_by_hand() -> tuple[Identity, dict, dict]:
+    """Kueue reserves; our raise lands and our Ready fails; a person unsuspends by hand (an
+    execution with A = 1) and holds. Returns the machine, the Workload's copy from the
+    reservation (what a lagging informer hands the next pass) and the TrainJob as the raise left it."""
+    machine = Identity()
+    machine.kueue_reserves_and_our_ready_fails_after_the_raise()
+    workload, raised = copy.deepcopy(machine.store.versions[-1]), copy.deepcopy(machine.store.obj)
+    machine.unsuspended_by_hand()
+    machine.preempt_or_hold()
+    assert [e["a"] for e in machine.executions] == [1]
+    return machine, workload, raised
+
+
+def test_a_pass_from_a_stale_copy_of_the_workload_raises_again_after_a_start_by_hand():
+    """The Workload may come from the informer's copy: the TrainJob, read fresh, shows the start by
+    hand (its generation moved), so the pass raises to 2 before its Ready."""
+    machine, workload, _ = _stale_copy_after_a_start_by_hand()
+    done = machine._pass(seen=workload)
+    assert (done.action, done.admission) == ("ready", 2)
+    machine.teardown()
+
+
+def test_the_model_can_fail_when_the_trainjob_comes_from_a_stale_copy_too(monkeypatch):
+    """The shortcut not taken: the TrainJob read from a copy as well (as the raise left it) finds the
+    raise for this Workload version landed, writes nothing, and approves the A the execution used."""
+    machine, workload, raised = _stale_copy_after_a_start_by_hand()
+    fresh = machine.store.get
+
+    def stale(res, *, name, namespace=None):
+        return copy.deepcopy(raised) if res == paths.TRAINJOB else fresh(res, name=name, namespace=namespace)
+
+    monkeypatch.setattr(machine.store, "get", stale)
+    with pytest.raises(AssertionError, match="Ready with A 1, an A an execution already used"):
+        machine._pass(seen=workload)
