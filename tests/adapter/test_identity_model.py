@@ -8,7 +8,9 @@ counter from outside (patch rewritten or deleted, the floor edited or
 deleted, the history made unreadable, JobSet deleted and recreated), a raise
 that races another, the admission check's Ready failing after its raise
 (refused by a policy, an error, the controller stopped between the two
-writes) and its next pass, and a person's `adopt` after a flag.
+writes) and its next pass, a pass handed any earlier version of the Workload
+(the informer's copy, from a watch that lags), and a person's `adopt` after a
+flag.
 
 Detection is late, as late as it really can be. The sidecar's first check
 runs before the trainer starts (its startupProbe), but it only reports: the
