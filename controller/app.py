@@ -101,10 +101,10 @@ class Controller:
         # the worker a read of the TrainJob, ahead of admissions in the queue (bench/admission).
         # Dropped when the JobSet is deleted; written by the JobSet informer's thread only.
         self._jobset_uids: dict[str, str] = {}
-        # Workload keys a worker queued again (a stale pass, a refusal, an error): their next pass
-        # reads the Workload afresh instead of the informer's copy. Set and popped by workers only
-        # (one worker holds a key at a time); a key whose Workload is deleted meanwhile stays until
-        # a Workload of that name is queued again (one entry per name, bounded by the names seen).
+        # Workload keys whose next pass reads the Workload afresh instead of the informer's copy:
+        # after a pass that approved it, or that a worker queued again (stale, refused, an error).
+        # Set and popped by workers (one worker holds a key at a time), dropped when the Workload is
+        # deleted: at most one entry per Workload.
         self._read_fresh: dict[tuple[str, str, str], bool] = {}
         ns = settings.namespace or None
         mk = lambda res, handler, **kw: informer.Informer(  # noqa: E731
@@ -150,6 +150,7 @@ class Controller:
         meta = wl["metadata"]
         if kind == "DELETED":
             self._seen_reserved.pop(meta["uid"], None)
+            self._read_fresh.pop(("workload", meta["namespace"], meta["name"]), None)
             return
         with self._ours_lock:
             ours = set(self.ours)
@@ -209,6 +210,11 @@ class Controller:
                 self.metrics.raises.inc()
             if outcome.action in ("ready", "skipped", "untouched", "rejected"):
                 self._seen_reserved.pop(uid, None)
+            if outcome.action == "ready":
+                # Kueue's writes during this pass queued it again with a copy older than our Ready,
+                # which still shows the check Pending: the next pass reads the Workload afresh
+                # rather than raise again on that copy's word (a raise it would not need).
+                self._read_fresh[key] = True
             if outcome.action == "ready":
                 if started is not None:
                     queue_name = ((obj.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
