@@ -28,8 +28,27 @@ reactivates it. Otherwise:
        where rv is the Workload resourceVersion that showed the reservation
        and the generation is the one this update gives the TrainJob (one
        more than the generation read: a raise always changes the spec);
-    2. set our check Ready ("A raised to N"), as a status update
-       preconditioned on that same rv.
+    2. read the Workload again, now, after the raise, and set our check
+       Ready ("A raised to N") on the version read, as a status update
+       preconditioned on it: directly when it is still the version rv the
+       raise was for; when Kueue wrote it since (it often does, right after
+       its reservation or in reply to the raise), only as `_still_approvable`
+       says (below), from a fresh read of the TrainJob.
+
+Which reads may be cached. The pass starts from the informer's copy of the
+Workload that queued it (a pass the worker queued again, after a stale or
+refused pass or an error, reads it fresh). That copy only says where to
+look: it can be any earlier version (a watch that lags), and nothing written
+trusts it. The TrainJob is read fresh and the raise is preconditioned on that
+read, so whether this TrainJob was already raised for this admission
+(`raised_here`: suspended, at the generation its raise left) is decided on
+the TrainJob as it is; a stale copy's rv only makes the marker older, which
+costs at most a second raise (A only grows). The Ready is written on the
+version read after the raise and checked there: the same Workload (uid),
+still waiting on the same checks of ours; a copy that showed a reservation
+the Workload no longer has approves nothing. Reading the Workload after the
+raise rather than before is also what spares most passes a 409 on the Ready
+(Kueue's writes after the reservation land while we raise).
 
 The invariant: Ready is only ever written with an A that no execution has
 started with. An execution starts only when spec.suspend goes false, which
@@ -42,10 +61,11 @@ TrainJob carries raised-for = W/g and Ready is written on that version W
 version of the same Workload still waiting on our check and the TrainJob
 unchanged since its own raise (`_still_approvable`).
 
-A 409 on step 2 (Kueue wrote the Workload between our read and our Ready)
-is that second case: the pass reads both again and, if they still qualify,
-writes Ready on the new version with the same A, so one admission costs one
-raise. Otherwise the next pass decides from a fresh read. Any other refusal
+A Workload written since the raise's version (step 2), or a 409 on the
+Ready (Kueue wrote it between our read and our Ready), is that second case:
+the pass reads the TrainJob again (and, after a 409, the Workload) and, if
+both still qualify, writes Ready on the new version with the same A, so one
+admission costs one raise. Otherwise the next pass decides from a fresh read. Any other refusal
 of step 2 (an admission policy, a webhook, an error) leaves the check
 Pending and the next pass decides from a fresh read too.
 
@@ -161,13 +181,19 @@ def reconcile_workload(
     name: str,
     ours: set[str],
     on_conflict: Any = None,
+    seen: Obj | None = None,
 ) -> Outcome:
-    """One pass over one Workload, from a fresh read (never the cache: a
-    stale Pending must not cause a raise for an admission already approved)."""
-    try:
-        workload = client.get(paths.WORKLOAD, name=name, namespace=namespace)
-    except kube.NotFound:
-        return Outcome("skipped")
+    """One pass over one Workload. `seen` is the informer's copy that queued it (None: read it
+    now). The copy only says whether to look: nothing it says is trusted for a write (see
+    "Which reads may be cached" in the module docstring); the TrainJob is read fresh, the raise is
+    preconditioned on it, and the Workload is read fresh after the raise, for the Ready."""
+    cached = seen is not None
+    if seen is None:
+        try:
+            seen = client.get(paths.WORKLOAD, name=name, namespace=namespace)
+        except kube.NotFound:
+            return Outcome("skipped")
+    workload = seen
     checks = pending_checks(workload, ours)
     if not checks:
         return Outcome("skipped")
@@ -181,12 +207,14 @@ def reconcile_workload(
         if not marks.owned_by(workload, current):
             return Outcome("skipped")  # a deleted predecessor's of the same name: gone with it
     if current is None or trainjob is None or not marks.is_ours(current):
-        return _set(client, workload, checks=checks, state="Ready", message=UNTOUCHED, action="untouched")
+        return _set(client, workload, checks=checks, state="Ready", message=UNTOUCHED, action="untouched",
+                    ours=ours if cached else None)
     try:
         adapter.check_runtime(client, trainjob=current)
     except adapter.AdapterError as exc:
         log.warning("runtime refused, check Rejected: %s", exc, extra={"workload": f"{namespace}/{name}"})
-        return _set(client, workload, checks=checks, state="Rejected", message=str(exc), action="rejected")
+        return _set(client, workload, checks=checks, state="Rejected", message=str(exc), action="rejected",
+                    ours=ours if cached else None)
     def already(tj: Obj) -> int | None:
         return raising.counts(tj).current if raised_here(tj, workload) else None
 
@@ -205,6 +233,21 @@ def reconcile_workload(
         log.warning("not raised, check left Pending: %s", exc, extra={"workload": f"{namespace}/{name}"})
         return Outcome("refused")
     reserved = workload  # the version the raise was for (its marker names it)
+    # The Workload read after the raise, not before: Kueue's own writes of the reservation (and its
+    # reaction to the raise) have mostly landed by now, so the Ready below rarely meets a 409.
+    try:
+        workload = client.get(paths.WORKLOAD, name=name, namespace=namespace)
+    except kube.NotFound:
+        return Outcome("stale", raised.admission, raised.conflicts, raised.written)
+    if workload["metadata"].get("resourceVersion") != reserved["metadata"].get("resourceVersion"):
+        # Not the version the raise was for: approvable only as `_still_approvable` says.
+        again = _still_approvable(client, reserved, checks=checks, ours=ours, trainjob=trainjob, raised=raised,
+                                  again=workload)
+        if again is None:
+            return Outcome("stale", raised.admission, raised.conflicts, raised.written)
+        workload = again
+    elif pending_checks(workload, ours) != checks or workload["metadata"].get("uid") != reserved["metadata"].get("uid"):
+        return Outcome("stale", raised.admission, raised.conflicts, raised.written)
     for _ in range(READY_ATTEMPTS):
         try:
             client.replace(paths.WORKLOAD, with_check_ready(workload, checks=checks, admission=raised.admission),
@@ -230,7 +273,7 @@ def reconcile_workload(
 
 
 def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], ours: set[str], trainjob: str,
-                      raised: adapter.Raised) -> Obj | None:
+                      raised: adapter.Raised, again: Obj | None = None) -> Obj | None:
     """The Workload read again, when the A just raised may still be its approval; else None.
 
     It may when the Workload is the same object still waiting on the same checks of ours, and the
@@ -240,7 +283,8 @@ def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], 
     harmless, sends the decision back to a fresh pass."""
     namespace = workload["metadata"]["namespace"]
     try:
-        again = client.get(paths.WORKLOAD, name=workload["metadata"]["name"], namespace=namespace)
+        if again is None:
+            again = client.get(paths.WORKLOAD, name=workload["metadata"]["name"], namespace=namespace)
         tj = client.get(paths.TRAINJOB, name=trainjob, namespace=namespace)
     except kube.NotFound:
         return None
@@ -254,9 +298,17 @@ def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], 
     return again if same and untouched else None
 
 
-def _set(client: kube.Client, workload: Obj, *, checks: list[str], state: str, message: str, action: str) -> Outcome:
-    """Our checks set to `state` without a raise, preconditioned on the version read."""
+def _set(client: kube.Client, workload: Obj, *, checks: list[str], state: str, message: str, action: str,
+         ours: set[str] | None = None) -> Outcome:
+    """Our checks set to `state` without a raise, preconditioned on the version read. `ours`: the
+    Workload given is an informer's copy, read again first (it must still wait on the same checks)."""
     try:
+        if ours is not None:
+            uid = workload["metadata"].get("uid")
+            workload = client.get(paths.WORKLOAD, name=workload["metadata"]["name"],
+                                  namespace=workload["metadata"]["namespace"])
+            if workload["metadata"].get("uid") != uid or pending_checks(workload, ours) != checks:
+                return Outcome("stale")
         client.replace(paths.WORKLOAD, with_checks(workload, checks=checks, state=state, message=message),
                        subresource="status")
     except (kube.Conflict, kube.NotFound):

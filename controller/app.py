@@ -102,12 +102,18 @@ class Controller:
         # the worker a read of the TrainJob, ahead of admissions in the queue (bench/admission).
         # Dropped when the JobSet is deleted; written by the JobSet informer's thread only.
         self._jobset_uids: dict[str, str] = {}
+        # Workload keys whose next pass reads the Workload afresh instead of the informer's copy:
+        # after a pass that approved it, or that a worker queued again (stale, refused, an error).
+        # Set and popped by workers (one worker holds a key at a time), dropped when the Workload is
+        # deleted: at most one entry per Workload.
+        self._read_fresh: dict[tuple[str, str, str], bool] = {}
         ns = settings.namespace or None
         mk = lambda res, handler, **kw: informer.Informer(  # noqa: E731
             client, res, handler=handler, namespace=ns if res.namespaced else None, stop=self.stop, **kw
         )
-        # A cached Workload or JobSet is only a key and a status to this controller (a Workload is
-        # read fresh before anything is written; the JobSet rule reads the UID): their specs, which
+        # A cached Workload or JobSet is only a key and a status to this controller (a Workload's
+        # says whether to look, and it is read fresh before its status is written; the JobSet rule
+        # reads the UID): their specs, which
         # hold every pod template, are not kept, nor any object's managedFields (bench/admission).
         self.informers = [
             mk(paths.ADMISSION_CHECK, self._on_check),
@@ -145,6 +151,7 @@ class Controller:
         meta = wl["metadata"]
         if kind == "DELETED":
             self._seen_reserved.pop(meta["uid"], None)
+            self._read_fresh.pop(("workload", meta["namespace"], meta["name"]), None)
             return
         with self._ours_lock:
             ours = set(self.ours)
@@ -193,13 +200,22 @@ class Controller:
             # Read before the write: our own Ready comes back as a watch event
             # that drops the entry, maybe before this worker gets here again.
             started = self._seen_reserved.get(uid)
+            # The informer's copy that queued it decides whether to look (reconcile_workload trusts
+            # it for nothing it writes); a pass this worker queued again reads the Workload afresh.
+            seen = None if self._read_fresh.pop(key, None) else obj
             outcome = admission.reconcile_workload(
-                self.client, namespace=namespace, name=name, ours=ours, on_conflict=self.metrics.conflicts.inc
+                self.client, namespace=namespace, name=name, ours=ours, on_conflict=self.metrics.conflicts.inc,
+                seen=seen,
             )
             if outcome.raised:
                 self.metrics.raises.inc()
             if outcome.action in ("ready", "skipped", "untouched", "rejected"):
                 self._seen_reserved.pop(uid, None)
+            if outcome.action == "ready":
+                # Kueue's writes during this pass queued it again with a copy older than our Ready,
+                # which still shows the check Pending: the next pass reads the Workload afresh
+                # rather than raise again on that copy's word (a raise it would not need).
+                self._read_fresh[key] = True
             if outcome.action == "ready":
                 if started is not None:
                     queue_name = ((obj.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
@@ -211,9 +227,11 @@ class Controller:
             elif outcome.action in ("untouched", "rejected"):
                 log.info("check set without a raise", extra={"workload": f"{namespace}/{name}", "outcome": outcome.action})
             elif outcome.action == "stale":
+                self._read_fresh[key] = True
                 self.queue.add_after(key, obj, 0.05)
             elif outcome.action == "refused":
                 # e.g. the TrainJob is not suspended: look again later, never approve
+                self._read_fresh[key] = True
                 self.queue.add_after(key, obj, 2.0)
         elif kind == "jobset":
             self.detector.jobset(obj)
@@ -233,6 +251,8 @@ class Controller:
             except Exception:
                 self.metrics.reconcile_errors.labels(kind=key[0]).inc()  # type: ignore[index]
                 log.exception("reconcile failed, retrying", extra={"key": "/".join(key)})  # type: ignore[arg-type]
+                if key[0] == "workload":  # type: ignore[index]
+                    self._read_fresh[key] = True  # type: ignore[index]
                 self.queue.add_after(key, obj, 1.0)
             finally:
                 self.queue.done(key)

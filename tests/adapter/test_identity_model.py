@@ -8,7 +8,9 @@ counter from outside (patch rewritten or deleted, the floor edited or
 deleted, the history made unreadable, JobSet deleted and recreated), a raise
 that races another, the admission check's Ready failing after its raise
 (refused by a policy, an error, the controller stopped between the two
-writes) and its next pass, and a person's `adopt` after a flag.
+writes) and its next pass, a pass handed any earlier version of the Workload
+(the informer's copy, from a watch that lags), and a person's `adopt` after a
+flag.
 
 Detection is late, as late as it really can be. The sidecar's first check
 runs before the trainer starts (its startupProbe), but it only reports: the
@@ -125,6 +127,9 @@ class Store(kube.Client):
                                       "ownerReferences": [owner]},
                          "status": {"conditions": [], "admissionChecks": [{"name": CHECK, "state": "Pending"}]}}
         self.refuse_ready = False  # the next write of the Workload's status is refused (a policy, an error)
+        # Every version of the Workload so far: what an informer's copy can be when a pass begins
+        # (a watch that lags hands it any earlier version).
+        self.versions: list[dict] = [copy.deepcopy(self.workload)]
 
     @property
     def admitted(self) -> bool:
@@ -136,6 +141,7 @@ class Store(kube.Client):
         self.workload = admission.with_checks(self.workload, checks=[CHECK], state="Pending", message="")
         self.workload["status"]["conditions"] = [{"type": "QuotaReserved", "status": str(reserved)}]
         self.workload["metadata"]["resourceVersion"] = str(int(self.workload["metadata"]["resourceVersion"]) + 1)
+        self.versions.append(copy.deepcopy(self.workload))
 
     def kueue_reserves(self) -> None:
         self._workload_written(reserved=True)
@@ -172,6 +178,7 @@ class Store(kube.Client):
                 raise kube.Conflict(409, "Conflict", "the object has been modified")
             self.workload = copy.deepcopy(obj)
             self.workload["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+            self.versions.append(copy.deepcopy(self.workload))
             if admission.check_state(self.workload, CHECK) == "Retry":  # adopt's requeue: Kueue evicts
                 self.kueue_evicts()
             return copy.deepcopy(self.workload)
@@ -318,13 +325,13 @@ class Identity(stateful.RuleBasedStateMachine):
         self.conflicts += raised.conflicts
         self.raises.append(self.step)
 
-    def _pass(self, *, ready_refused: bool = False) -> admission.Outcome:
+    def _pass(self, *, ready_refused: bool = False, seen: dict | None = None) -> admission.Outcome:
         """The admission check's pass over the Workload (`admission.reconcile_workload`, from a fresh
         read); `ready_refused`: its Ready write fails after the raise (refused by a policy or a
         webhook, an error, or the controller stopped between the two writes)."""
         self.store.refuse_ready = ready_refused
         try:
-            done = admission.reconcile_workload(self.store, namespace="ns", name="wl", ours={CHECK})
+            done = admission.reconcile_workload(self.store, namespace="ns", name="wl", ours={CHECK}, seen=seen)
         except kube.Forbidden:  # the approval of a TrainJob not ours (no raise) refused: the worker retries
             assert ready_refused and not marks.is_ours(self.store.obj)
             done = admission.Outcome("refused")
@@ -406,6 +413,13 @@ class Identity(stateful.RuleBasedStateMachine):
     def controller_passes_again(self) -> None:
         """The admission check's next pass over a Workload Kueue has not written since."""
         self._pass()
+
+    @stateful.rule(data=st.data())
+    def controller_passes_from_a_stale_copy(self, data) -> None:
+        """The admission check's pass handed an informer's copy of the Workload that may be any
+        earlier version (a watch that lags), whatever runs now: the copy only says where to look."""
+        seen = data.draw(st.sampled_from(self.store.versions), label="the copy")
+        self._pass(seen=copy.deepcopy(seen))
 
     @stateful.precondition(lambda self: not self.running and self.store.admitted)
     @stateful.rule()
@@ -812,3 +826,39 @@ def test_the_model_can_fail_when_the_raised_for_marker_alone_approves(monkeypatc
     monkeypatch.setattr(admission, "raised_here", marker_only)
     with pytest.raises(AssertionError, match="Ready with A 1, an A an execution already used"):
         _ready_failed_then_resumed_by_hand_trace()
+
+
+def _stale_copy_after_a_start_by_hand() -> tuple[Identity, dict, dict]:
+    """Kueue reserves; our raise lands and our Ready fails; a person unsuspends by hand (an
+    execution with A = 1) and holds. Returns the machine, the Workload's copy from the
+    reservation (what a lagging informer hands the next pass) and the TrainJob as the raise left it."""
+    machine = Identity()
+    machine.kueue_reserves_and_our_ready_fails_after_the_raise()
+    workload, raised = copy.deepcopy(machine.store.versions[-1]), copy.deepcopy(machine.store.obj)
+    machine.unsuspended_by_hand()
+    machine.preempt_or_hold()
+    assert [e["a"] for e in machine.executions] == [1]
+    return machine, workload, raised
+
+
+def test_a_pass_from_a_stale_copy_of_the_workload_raises_again_after_a_start_by_hand():
+    """The Workload may come from the informer's copy: the TrainJob, read fresh, shows the start by
+    hand (its generation moved), so the pass raises to 2 before its Ready."""
+    machine, workload, _ = _stale_copy_after_a_start_by_hand()
+    done = machine._pass(seen=workload)
+    assert (done.action, done.admission) == ("ready", 2)
+    machine.teardown()
+
+
+def test_the_model_can_fail_when_the_trainjob_comes_from_a_stale_copy_too(monkeypatch):
+    """The shortcut not taken: the TrainJob read from a copy as well (as the raise left it) finds the
+    raise for this Workload version landed, writes nothing, and approves the A the execution used."""
+    machine, workload, raised = _stale_copy_after_a_start_by_hand()
+    fresh = machine.store.get
+
+    def stale(res, *, name, namespace=None):
+        return copy.deepcopy(raised) if res == paths.TRAINJOB else fresh(res, name=name, namespace=namespace)
+
+    monkeypatch.setattr(machine.store, "get", stale)
+    with pytest.raises(AssertionError, match="Ready with A 1, an A an execution already used"):
+        machine._pass(seen=workload)

@@ -275,3 +275,66 @@ def test_a_ready_refused_after_the_raise_then_a_start_by_hand_is_never_approved_
     assert entry["message"] == "A raised to 2"
     assert raising.counts(admin.get(paths.TRAINJOB, name=name, namespace=namespace)) == raising.Counts(patch=2,
                                                                                                         floor=2)
+
+
+def _counting_status_writes(client: kube.Client) -> list[str]:
+    """The resourceVersions of the Workload status writes CLIENT sends, in order."""
+    sent: list[str] = []
+    replace = client.replace
+
+    def counted(res, obj, **kw):
+        if res == paths.WORKLOAD:
+            sent.append(obj["metadata"]["resourceVersion"])
+        return replace(res, obj, **kw)
+
+    client.replace = counted  # type: ignore[method-assign]
+    return sent
+
+
+def test_a_workload_written_between_the_raise_and_the_ready_is_read_after_the_raise_without_a_409(
+        admin, namespace, controller_kubeconfig):
+    """Kueue writes the Workload right after our raise (as it often does): the pass reads the
+    Workload after the raise, so its one Ready lands on the version Kueue left, with no 409 and no
+    second Ready; and the TrainJob is as the raise left it, so the A is the one just raised."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
+    seen = kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+    with contextlib.closing(kube.load(kubeconfig=controller_kubeconfig)) as client:
+        sent = _counting_status_writes(client)
+        _kueue_writes_the_workload_after_the_raise(client, admin, namespace=namespace, workload=wl)
+        outcome = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check}, seen=seen)
+    assert (outcome.action, outcome.admission) == ("ready", 1)
+    assert len(sent) == 1 and sent[0] != seen["metadata"]["resourceVersion"]  # the version Kueue left
+    assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["message"] == "A raised to 1"
+    assert raising.counts(admin.get(paths.TRAINJOB, name=name, namespace=namespace)) == raising.Counts(patch=1, floor=1)
+
+
+def test_a_stale_copy_of_the_workload_never_approves_an_a_already_used(admin, namespace, controller_kubeconfig):
+    """The informer's copy can be any earlier version. Here: the copy of the first reservation,
+    handed to a pass after that admission was approved with A = 1 and ran. While it runs the pass
+    raises nothing and approves nothing (the TrainJob is not suspended); once it was evicted and
+    Kueue reserved again, the pass from that old copy raises to 2 and approves 2, never 1. And a copy
+    showing a reservation the Workload no longer has (evicted, quota released) approves nothing."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
+    old = kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+    with contextlib.closing(kube.load(kubeconfig=controller_kubeconfig)) as client:
+        first = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check}, seen=old)
+        assert (first.action, first.admission) == ("ready", 1)
+        kit.set_suspend(admin, namespace, name, False)  # Kueue admits: an execution with A = 1
+        running = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check}, seen=old)
+        assert running.action == "refused"
+        assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["message"] == "A raised to 1"
+        kit.kueue_evict(admin, namespace=namespace, name=wl, check=check)
+        kit.set_suspend(admin, namespace, name, True)
+        evicted = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check}, seen=old)
+        assert evicted.action == "stale"  # raised (harmless: A only grows), nothing approved
+        assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["state"] == "Pending"
+        kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+        again = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check}, seen=old)
+    assert again.action == "ready" and again.admission is not None and again.admission > 1
+    entry = kit.check_entry(admin, namespace=namespace, name=wl, check=check)
+    assert entry["message"] == f"A raised to {again.admission}"
+    assert raising.counts(admin.get(paths.TRAINJOB, name=name, namespace=namespace)).current == again.admission
