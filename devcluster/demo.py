@@ -278,7 +278,7 @@ def main() -> int:
     services_bin = local.services_bin()
     say(f"  CoreDNS, the registry: {services_bin} ({time.monotonic() - start:.1f}s)")
     start = time.monotonic()
-    stores_bin = objectstores.bin_dir()
+    stores_bin = objectstores.bin_dir(objectstores.S3Server.binary)
     say(f"  versitygw, the cluster's object store: {stores_bin} ({time.monotonic() - start:.1f}s)")
     running: stack_mod.Stack | None = None
     store: demo_fence.Store | None = None

@@ -65,6 +65,7 @@ class Store:
     def __init__(self) -> None:
         self.server = objectstores.S3Server(host=node.NODE_IP, key=f"demo-{secrets.token_hex(4)}",
                                             secret=secrets.token_urlsafe(24))
+        self.server.needs = (self.server.binary,)  # versitygw alone (the demo builds nothing else)
         try:
             self.server.start()
         except (RuntimeError, OSError) as e:

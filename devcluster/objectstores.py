@@ -40,18 +40,18 @@ NO_METADATA = {"GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1
                "AWS_EC2_METADATA_DISABLED": "true", "AWS_METADATA_ENDPOINT": "http://127.0.0.1:9"}
 CLIENT_VARS = ("AWS_", "GOOGLE_", "GCE_", "STORAGE_EMULATOR_HOST", "CLOUDSDK_")
 
-_bin_dir: pathlib.Path | None = None
+_bin_dirs: dict[tuple[str, ...], pathlib.Path] = {}
 
 
-def bin_dir() -> pathlib.Path:
-    """The servers' bin directory (builds what is missing; fails the test when it cannot)."""
-    global _bin_dir
-    if _bin_dir is None:
-        out = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1800, check=False)
+def bin_dir(*names: str) -> pathlib.Path:
+    """The servers' bin directory (builds what is missing of NAMES, or of every server; fails the
+    test when it cannot)."""
+    if names not in _bin_dirs:
+        out = subprocess.run(["bash", str(BUILD), *names], capture_output=True, text=True, timeout=1800, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"devcluster/{BUILD.name} failed ({out.returncode}):\n{out.stderr[-3000:]}")
-        _bin_dir = pathlib.Path(out.stdout.splitlines()[-1])
-    return _bin_dir
+        _bin_dirs[names] = pathlib.Path(out.stdout.splitlines()[-1])
+    return _bin_dirs[names]
 
 
 def _free_port(host: str = "127.0.0.1") -> int:
@@ -70,6 +70,7 @@ class Server:
 
     scheme = ""
     binary = ""
+    needs: tuple[str, ...] = ()  # what to build before it starts: every server (the suites use them all)
 
     def __init__(self, binary: str | None = None, *, host: str = "127.0.0.1") -> None:
         self.binary = binary or self.binary
@@ -92,7 +93,7 @@ class Server:
         raise NotImplementedError
 
     def start(self) -> Server:
-        path = bin_dir() / self.binary
+        path = bin_dir(*self.needs) / self.binary
         for _ in range(5):  # another process may take the port between probing and binding
             self.port = _free_port(self.host)
             log = open(self.work / "server.log", "ab")
