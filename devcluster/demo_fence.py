@@ -149,8 +149,8 @@ def stage(stack: stack_mod.Stack, store: Store, marks: pathlib.Path, namespace: 
         job.wait("the eviction", lambda: job.trainjob()["spec"].get("suspend"))
         job.wait("the first execution's final save, staged after SIGTERM",
                  lambda: _line(job.log(first_pod), f".staging-{first.attempt}-final"))
-        out.say(f"  preempted: Kueue evicted it; on SIGTERM its trainer stages a final save, and keeps running "
-                f"within its grace period ({GRACE_SECONDS} s) until a newer execution has published")
+        out.say(f"  preempted: Kueue evicted it; its trainer runs on within its grace period ({GRACE_SECONDS} s), "
+                f"its log: {_line(job.log(first_pod), 'train: SIGTERM')}")
         for pod in high.new_pods():
             out.expect(high.run(pod, until_exit=True).exit_code == 0, "the high-priority TrainJob ran and finished")
 
