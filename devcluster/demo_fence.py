@@ -26,12 +26,12 @@ It checks every outcome with `demo_output.expect`.
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import pathlib
 import secrets
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import kubernetes.client
@@ -86,14 +86,32 @@ class Store:
         return done.stdout.strip()
 
 
-def _follow(core: kubernetes.client.CoreV1Api, namespace: str, pod: str) -> str:
-    """The container's whole log, read until the container ends (the kubelet closes the stream)."""
-    response = core.read_namespaced_pod_log(pod, namespace, container=scenario.TRAINER_CONTAINER, follow=True,
-                                            _preload_content=False)
-    try:
-        return b"".join(response.stream(4096)).decode(errors="replace")
-    finally:
-        response.release_conn()
+class _Follow(threading.Thread):
+    """The container's whole log, read until the container ends (the kubelet closes the stream). A
+    daemon thread: a demo that fails or is stopped meanwhile does not wait for it, and stopping the
+    cluster ends the stream."""
+
+    def __init__(self, core: kubernetes.client.CoreV1Api, namespace: str, pod: str) -> None:
+        super().__init__(daemon=True)
+        self.text: str | None = None
+        self.error: BaseException | None = None
+        self.response = core.read_namespaced_pod_log(pod, namespace, container=scenario.TRAINER_CONTAINER,
+                                                     follow=True, _preload_content=False)
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.text = b"".join(self.response.stream(4096)).decode(errors="replace")
+        except BaseException as e:  # reported by result()
+            self.error = e
+        finally:
+            self.response.release_conn()
+
+    def result(self, timeout: float) -> str:
+        self.join(timeout)
+        out.expect(not self.is_alive(), f"the container's log ended within {timeout:.0f} s")
+        out.expect(self.text is not None, f"the container's log was read ({self.error!r})")
+        return self.text or ""
 
 
 def _line(log: str, text: str) -> str | None:
@@ -113,8 +131,7 @@ def stage(stack: stack_mod.Stack, store: Store, marks: pathlib.Path, namespace: 
     root = f"s3://{store.bucket}/{namespace}"
     out.say(f"fence: checkpoints through the fence on the cluster's object store (versitygw, S3 with conditional "
             f"writes, at {store.url}); root {root}; namespace {namespace}")
-    with (stack.plane.api_client() as api, stack.plane.api_client() as api2,
-          concurrent.futures.ThreadPoolExecutor(max_workers=1) as reader):
+    with stack.plane.api_client() as api, stack.plane.api_client() as api2:
         harness.create_namespace(api, namespace)
         scenario.kueue_queues(api, suffix=namespace, namespace=namespace, check_controller=admission.CONTROLLER_NAME,
                               cpu=QUOTA)
@@ -136,7 +153,7 @@ def stage(stack: stack_mod.Stack, store: Store, marks: pathlib.Path, namespace: 
         first_pod = job.new_pods()[0]
         first_name = first_pod["metadata"]["name"]
         first = job.run(first_pod)
-        late_log = reader.submit(_follow, core, namespace, first_name)
+        late_log = _Follow(core, namespace, first_name)
         published = job.wait("the first execution's save", lambda: _line(job.log(first_pod), "train: published "))
         first_ckpt = _name(published)
         out.expect(store.latest(root).endswith(first_ckpt), f"LATEST names the first execution's {first_ckpt}")
@@ -156,7 +173,7 @@ def stage(stack: stack_mod.Stack, store: Store, marks: pathlib.Path, namespace: 
 
         # Re-admitted (A raised) while execution 1 still runs: execution 2 restores what LATEST names, and saves.
         second_pod = job.new_pods()[0]
-        out.expect(not late_log.done(), "the preempted execution is still running when the next one starts")
+        out.expect(late_log.is_alive(), "the preempted execution is still running when the next one starts")
         second = job.run(second_pod, until_exit=True)
         out.expect(second.exit_code == 0, f"the second execution saves and exits 0 (got {second.exit_code})")
         out.expect(int(second.epoch or 0) > int(first.epoch or 0), "the second execution's epoch is above the first's")
