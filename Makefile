@@ -82,7 +82,7 @@ test-python: venv images controlplane objectstores torch-venv
 	bash scripts/run-tests.sh python
 
 # The whole system on the local cluster (devcluster/demo.py); it builds the cluster first (cached),
-# with a line per build step.
+# with a line per build step, versitygw for the object store its fence stage serves among them.
 demo: venv images release-images
 	$(PY) -m devcluster.demo
 

@@ -17,6 +17,8 @@
 # - A binary's stamp is written after it is built: an interrupted build redoes
 #   only what has no stamp. Idempotent and quick when everything is built.
 #
+# Usage: build-object-stores.sh [NAME...]: the named binaries of the table only
+# (make demo needs versitygw alone), else all of them.
 # Prints the bin directory on stdout as its last line; progress goes to stderr.
 # Env: DISPATCH_K8S_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/dispatch-k8s).
 set -euo pipefail
@@ -38,9 +40,14 @@ mkdir -p "$bin_dir"
 exec 9>"$bin_dir/.lock"
 flock 9
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+only=" $* "
+for name in "$@"; do
+  grep -q "^$name " <<<"$table" || { echo "build-object-stores.sh: $name is not in the table" >&2; exit 2; }
+done
 
 while read -r name module pkg; do
   [[ -n $name ]] || continue
+  [[ $# -eq 0 || $only == *" $name "* ]] || continue
   stamp=$bin_dir/.$name.stamp
   want="$module $pkg"
   if [[ -x $bin_dir/$name && -f $stamp && $(cat "$stamp") == "$want" ]]; then

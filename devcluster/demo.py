@@ -20,6 +20,12 @@ Every identity in the table is what a container printed, read back through
              verifier reports it too, at its first check, before the trainer
              starts (a Warning Event that `kubectl describe` shows); nothing
              is stopped
+  fence      the cluster's object store (S3, on the node's address): a
+             TrainJob's trainer saves through the checkpoint fence; preempted,
+             it saves once more within its grace period, after the next
+             execution (A raised) has restored what LATEST named and
+             published: that late save is refused, naming both epochs, and
+             LATEST still names the newer checkpoint (devcluster/demo_fence.py)
   plain      a TrainJob without Kueue: open raises A, hold stops it,
              release raises A again
   dispatch   the reference backend (real HTTP, real SQLite) and the
@@ -61,7 +67,8 @@ from typing import Any
 import kubernetes.client
 
 from controller import admission
-from devcluster import demo_dispatch, demo_output, harness, install, local, node as node_mod, scenario
+from devcluster import demo_dispatch, demo_fence, demo_output, harness, install, local, node as node_mod, objectstores
+from devcluster import scenario
 from devcluster import stack as stack_mod
 from toolkit import adapter, names, render, runtime_check
 
@@ -98,8 +105,8 @@ def _a(pods: list[dict[str, Any]]) -> set[str]:
     return {p["metadata"]["annotations"][names.ADMISSION_ANNOTATION] for p in pods}
 
 
-def _story(stack: stack_mod.Stack, namespace: str, suffix: str,
-           marks: pathlib.Path) -> list[tuple[str, scenario.Scenario]]:
+def _story(stack: stack_mod.Stack, namespace: str, suffix: str, marks: pathlib.Path,
+           store: demo_fence.Store) -> list[tuple[str, scenario.Scenario]]:
     with stack.plane.api_client() as api, stack.plane.api_client() as api2:
         scenario.kueue_queues(api, suffix=suffix, namespace=namespace, check_controller=admission.CONTROLLER_NAME)
         low = scenario.Scenario(stack, api, namespace)
@@ -161,10 +168,11 @@ def _story(stack: stack_mod.Stack, namespace: str, suffix: str,
         expect(not low.trainjob()["spec"].get("suspend"), "nothing was stopped: the TrainJob is not suspended")
         say("  nothing stopped: the TrainJob still runs; recovery is a person's call")
         _stage_adopt(low)
+        fenced = demo_fence.stage(stack, store, marks, f"{namespace}-fence")
 
         plain = scenario.Scenario(stack, api, namespace, service_account=False)
         _stage_plain(plain)
-        return [(low.name, low), (high.name, high), (plain.name, plain)]
+        return [(low.name, low), (high.name, high), (fenced.name, fenced), (plain.name, plain)]
 
 
 ADOPT_REASON = "JobSet deleted by hand during maintenance; checkpoints verified"
@@ -269,7 +277,11 @@ def main() -> int:
     start = time.monotonic()
     services_bin = local.services_bin()
     say(f"  CoreDNS, the registry: {services_bin} ({time.monotonic() - start:.1f}s)")
+    start = time.monotonic()
+    stores_bin = objectstores.bin_dir(objectstores.S3Server.binary)
+    say(f"  versitygw, the cluster's object store: {stores_bin} ({time.monotonic() - start:.1f}s)")
     running: stack_mod.Stack | None = None
+    store: demo_fence.Store | None = None
     marks = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-demo-marks-"))
     release_dir = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-demo-release-"))
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-cp-"))
@@ -280,7 +292,7 @@ def main() -> int:
             "kubelet, kube-proxy, and CoreDNS on it; then our release installed as a user installs it: "
             "its images pushed to the registry, controller.yaml applied with kubectl apply --server-side")
         running = local.start(plane_bin=plane_bin, controllers=controllers_bin, release_dir=release_dir,
-                              workdir=workdir)
+                              workdir=workdir, images=(*local.NODE_IMAGES, demo_fence.IMAGE))
         if running.swept:
             say(f"  cleaned up after an earlier node first: {'; '.join(running.swept)}")
         namespace = f"demo-{uuid.uuid4().hex[:6]}"
@@ -298,7 +310,10 @@ def main() -> int:
         except install.InstallError as e:
             raise Failed(str(e)) from None
         say(f"  the runtimes name the release's sidecar {running.sidecar_image}")
-        jobs = _story(running, namespace, namespace, marks)
+        store = demo_fence.Store()
+        say(f"the cluster's object store: versitygw at {store.url} (S3 with conditional writes, on the node's "
+            f"address; credentials of this run's own, for the pods in a Secret), bucket {store.bucket}")
+        jobs = _story(running, namespace, namespace, marks, store)
         demo_dispatch.stage(running)
         ok = _table(jobs)
         low = jobs[0][1]
@@ -321,6 +336,8 @@ def main() -> int:
         print("demo: stopped by SIGTERM; stopping the cluster", file=sys.stderr)
         return 143
     finally:
+        if store is not None:
+            store.stop()
         if running is not None:
             running.stop()
             stack_mod.clean_up(running.started)

@@ -10,8 +10,10 @@ cached in the user cache, quick once built):
 - `GCSServer`: fake-gcs-server in memory; 1.56.1 honours ifGenerationMatch on
   its JSON API, `fake-gcs-server-1.17.0` ignores it.
 
-Each listens on 127.0.0.1 on an ephemeral port and runs in a session of its
-own until `stop()`/`close()`. `env` is what configures a client for it, the
+Each listens on 127.0.0.1 on an ephemeral port (an `S3Server` on another
+address of this machine when given one: `make demo` serves the local cluster's
+pods at the node's address) and runs in a session of its own until
+`stop()`/`close()`. `env` is what configures a client for it, the
 way a training pod's environment does: explicit local credentials and the
 local endpoint, and the cloud metadata addresses pointed at a closed port of
 this machine, so nothing is ever sent anywhere else.
@@ -38,23 +40,23 @@ NO_METADATA = {"GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1
                "AWS_EC2_METADATA_DISABLED": "true", "AWS_METADATA_ENDPOINT": "http://127.0.0.1:9"}
 CLIENT_VARS = ("AWS_", "GOOGLE_", "GCE_", "STORAGE_EMULATOR_HOST", "CLOUDSDK_")
 
-_bin_dir: pathlib.Path | None = None
+_bin_dirs: dict[tuple[str, ...], pathlib.Path] = {}
 
 
-def bin_dir() -> pathlib.Path:
-    """The servers' bin directory (builds what is missing; fails the test when it cannot)."""
-    global _bin_dir
-    if _bin_dir is None:
-        out = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1800, check=False)
+def bin_dir(*names: str) -> pathlib.Path:
+    """The servers' bin directory (builds what is missing of NAMES, or of every server; fails the
+    test when it cannot)."""
+    if names not in _bin_dirs:
+        out = subprocess.run(["bash", str(BUILD), *names], capture_output=True, text=True, timeout=1800, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"devcluster/{BUILD.name} failed ({out.returncode}):\n{out.stderr[-3000:]}")
-        _bin_dir = pathlib.Path(out.stdout.splitlines()[-1])
-    return _bin_dir
+        _bin_dirs[names] = pathlib.Path(out.stdout.splitlines()[-1])
+    return _bin_dirs[names]
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -68,9 +70,11 @@ class Server:
 
     scheme = ""
     binary = ""
+    needs: tuple[str, ...] = ()  # what to build before it starts: every server (the suites use them all)
 
-    def __init__(self, binary: str | None = None) -> None:
+    def __init__(self, binary: str | None = None, *, host: str = "127.0.0.1") -> None:
         self.binary = binary or self.binary
+        self.host = host
         self.work = pathlib.Path(tempfile.mkdtemp(prefix=f"fence-{self.binary}-"))
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -89,9 +93,9 @@ class Server:
         raise NotImplementedError
 
     def start(self) -> Server:
-        path = bin_dir() / self.binary
+        path = bin_dir(*self.needs) / self.binary
         for _ in range(5):  # another process may take the port between probing and binding
-            self.port = _free_port()
+            self.port = _free_port(self.host)
             log = open(self.work / "server.log", "ab")
             self.proc = subprocess.Popen([str(path), *self.argv()], stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env={**clean_env(), **self.server_env()},
@@ -111,7 +115,7 @@ class Server:
             if self.proc.poll() is not None:
                 return False
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                with socket.create_connection((self.host, self.port), timeout=1):
                     return True
             except OSError:
                 time.sleep(0.05)
@@ -141,8 +145,13 @@ class S3Server(Server):
     binary = "versitygw"
     KEY, SECRET = "fence-test", "fence-test-secret"
 
+    def __init__(self, binary: str | None = None, *, host: str = "127.0.0.1", key: str | None = None,
+                 secret: str | None = None) -> None:
+        super().__init__(binary, host=host)
+        self.KEY, self.SECRET = key or self.KEY, secret or self.SECRET
+
     def argv(self) -> list[str]:
-        return ["--port", f"127.0.0.1:{self.port}", "posix", str(self.work / "data")]
+        return ["--port", f"{self.host}:{self.port}", "posix", str(self.work / "data")]
 
     def server_env(self) -> dict[str, str]:
         return {"ROOT_ACCESS_KEY": self.KEY, "ROOT_SECRET_KEY": self.SECRET}
@@ -152,7 +161,7 @@ class S3Server(Server):
 
     def client_env(self) -> dict[str, str]:
         return {**NO_METADATA, "AWS_ACCESS_KEY_ID": self.KEY, "AWS_SECRET_ACCESS_KEY": self.SECRET,
-                "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.port}",
+                "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{self.host}:{self.port}",
                 "AWS_ALLOW_HTTP": "true"}
 
     def start(self) -> Server:

@@ -12,6 +12,8 @@
 #            base of the sidecar, dispatcher and controller images
 # then images/sample-trainer.Containerfile on each of the four with /bin/sh
 # (on python, its `train --checkpoint` publishes through fence/dispatch_fence).
+# and images/sample-trainer-s3.Containerfile on python: the same trainer with
+# the fence's s3 extra (obstore), for make demo's object store.
 #
 # Idempotent: each image carries the label dispatch.inputs, a hash of what it
 # is made of (its input files and the text of the function that builds it);
@@ -224,6 +226,39 @@ for base in busybox:1.35-static alpine:busybox-1.35-ash-musl-static debian:bookw
     fence/dispatch_fence/__init__.py fence/dispatch_fence/__main__.py fence/dispatch_fence/checkpoint.py \
     <(podman image inspect --format '{{.Id}}' "localhost/dispatch-base/$base")
 done
+
+# --- the sample trainer with the fence's s3 extra (make demo's fence stage) --
+# build_trainer_s3 NAME HASH: images/sample-trainer-s3.Containerfile on the
+# Python base, in a context of train, the fence's files its s3 extra imports
+# and the wheels of the extra (obstore at fence/pyproject.toml's pin, and
+# typing_extensions at constraints.txt's), fetched by pip for CPython 3.11
+# on this machine's architecture and unpacked here (the base has no pip),
+# and this machine's CA bundle (Debian's ca-certificates): obstore's HTTP
+# client loads the system's CA certificates before any request, TLS or not.
+fence_s3_files=(fence/dispatch_fence/{__init__,__main__,checkpoint,objectstore,s3}.py)
+fence_s3_wheels() {
+  grep -o 'obstore==[0-9.]*' fence/pyproject.toml
+  grep -i '^typing[-_]extensions==' constraints.txt
+}
+build_trainer_s3() {
+  local ctx py=$repo/.venv/bin/python w
+  [[ -x $py ]] || py=python3
+  ctx=$(mktemp -d)
+  mkdir "$ctx/dispatch_fence" "$ctx/site" "$ctx/wheels"
+  cp images/sample-trainer/train /etc/ssl/certs/ca-certificates.crt "$ctx/"
+  cp "${fence_s3_files[@]}" "$ctx/dispatch_fence/"
+  # shellcheck disable=SC2046 # one requirement per line
+  "$py" -m pip download -q --no-deps --only-binary :all: --implementation cp --python-version 3.11 \
+    --platform "manylinux2014_$(uname -m)" -d "$ctx/wheels" $(fence_s3_wheels) >"$cache/trainer-s3-wheels.log" 2>&1 ||
+    { cat "$cache/trainer-s3-wheels.log" >&2; return 1; }
+  for w in "$ctx"/wheels/*.whl; do "$py" -m zipfile -e "$w" "$ctx/site/"; done
+  podman build -q --isolation chroot --build-arg BASE=localhost/dispatch-base/python:3.11-bookworm \
+    --label "dispatch.inputs=$2" -f images/sample-trainer-s3.Containerfile -t "$1" "$ctx" >/dev/null
+  rm -rf "$ctx"
+}
+ensure localhost/dispatch/sample-trainer:python-s3 build_trainer_s3 images/sample-trainer-s3.Containerfile \
+  images/sample-trainer/train "${fence_s3_files[@]}" <(fence_s3_wheels) /etc/ssl/certs/ca-certificates.crt \
+  <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/python:3.11-bookworm)
 
 # --- the sidecar verifier, as the local cluster's runtimes name it (devcluster/local.py SIDECAR_IMAGE)
 # build_sidecar NAME HASH: images/sidecar.Containerfile, whose build stage runs

@@ -4,8 +4,10 @@ and ends with a table in which, per TrainJob, every execution's epoch is above
 every earlier one's, except the one the hand-deleted JobSet made repeat, which
 is flagged foreign. This test reads the table itself, so a demo that printed
 a wrong table and still exited 0 fails here; and the lines of the sidecar's
-Event and of the dispatcher stage, and those that say our controller and the
-dispatcher run as the release's pods.
+Event, of the fence stage (the preempted execution's late save refused on the
+cluster's object store with both epochs, the next execution's restore of what
+LATEST named, and LATEST standing), of the dispatcher stage, and those that say
+our controller and the dispatcher run as the release's pods.
 
 What is timed: the demo's run once this checkout's release images are in
 local storage (built by the module's fixture before the clock starts, as
@@ -95,6 +97,9 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule(release_i
     assert workdir, out + err
     assert not _naming(workdir[1]), _naming(workdir[1])
     assert not pathlib.Path(workdir[1]).exists()
+    store = re.search(r"the cluster's object store: versitygw at http://(\S+) ", out)
+    assert store, out + err
+    assert not _naming(store[1]), _naming(store[1])  # the object store stopped with the cluster
     after = _host_snapshot()
     assert {k: (before[k], after[k]) for k in before if before[k] != after[k]} == {}
     assert not timed_out, f"the demo ran past {DEMO_BUDGET_SECONDS + PUSH_ALLOWANCE_SECONDS:.0f}s:\n{out}{err}"
@@ -114,7 +119,7 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule(release_i
     by_job: dict[str, list[list[str]]] = {}
     for row in rows:
         by_job.setdefault(row[0], []).append(row)
-    assert len(by_job) == 3, rows
+    assert len(by_job) == 4, rows
     low = next(r for job, r in by_job.items() if job.startswith("llama-ft"))
     # admission, JobSet restart, re-admission, the reset's repeat, the execution after `toolkit adopt`
     assert [(r[2], r[3]) for r in low] == [(low[0][2], "0"), (low[0][2], "1"), (low[2][2], "1"), (low[2][2], "0"),
@@ -156,3 +161,25 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule(release_i
     assert "no process outside the kubelet's pods runs our controller or dispatcher" in out, out
     assert "the dispatcher's pod stopped on SIGTERM, exit 0" in out, out
     assert "refused as expected: spec.template.spec.failurePolicy.restartStrategy" in out
+    # The fence stage, read from the containers' logs: the execution preempted by Kueue (admitted
+    # again with A raised) makes a save after the next one published; refused, naming both epochs.
+    fenced = next(r for job, r in by_job.items() if job.startswith("llama-ckpt"))
+    assert [r[3] for r in fenced] == ["0", "0"] and int(fenced[1][2]) > int(fenced[0][2]), fenced
+    old, new = (int(r[5]) for r in fenced)
+    assert old < new, fenced
+    saved = re.search(r"  execution 1 \(epoch (\d+)\) saved through the fence: LATEST names (ckpt-\S+);", out)
+    assert saved and int(saved[1]) == old, out
+    restored = re.search(r"  re-admitted: execution 2 \(epoch (\d+)\) starts; its log: train: restored (ckpt-\S+) "
+                         r"\(epoch (\d+)\), what LATEST names: weights of (\S+), epoch (\d+)$", out, re.M)
+    assert restored, out
+    assert (int(restored[1]), restored[2], int(restored[3])) == (new, saved[2], old), restored.groups()
+    assert (restored[4], int(restored[5])) == (fenced[0][6], old), restored.groups()
+    published = re.search(r"  it saved through the fence and exited 0: LATEST names (ckpt-0*(\d+)-\S+)$", out, re.M)
+    assert published and int(published[2]) == new, out
+    refused = re.search(r"    python -m dispatch_fence publish: epoch (\d+) is lower than epoch (\d+) \((ckpt-\S+)\) "
+                        r"in s3://\S+: a superseded execution's save, refused; nothing published$", out, re.M)
+    assert refused and (int(refused[1]), int(refused[2]), refused[3]) == (old, new, published[1]), out
+    assert published.start() < refused.start(), out  # the late save was tried after the new publish
+    assert "    train: the final save's publish exited 1" in out, out
+    stands = re.search(r"  LATEST still names (ckpt-\S+) \(epoch (\d+)\): the late save overwrote nothing", out)
+    assert stands and (stands[1], int(stands[2])) == (published[1], new), out
