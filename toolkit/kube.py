@@ -441,6 +441,32 @@ def from_api_client(api_client: Any) -> Client:
     return Client(api_client)
 
 
+class _UnreachableIsAFailedTry(kubernetes.leaderelection.resourcelock.leaselock.LeaseLock):
+    """The library's Lease lock, for which an apiserver it cannot reach (a connection refused or
+    reset, a timeout: what a restart of kube-apiserver shows) is a failed try, as an error answer
+    is. The library catches only ApiException: anything else escaped its loop and ended the
+    leader-election thread, so a standby never campaigned again, and a leader went on acting
+    without renewing its Lease (`on_stopped` never called) while another replica took it over."""
+
+    def get(self, name: str, namespace: str) -> tuple[bool, Any]:
+        try:
+            return super().get(name, namespace)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            return False, kubernetes.client.ApiException(status=0, reason=f"unreachable: {e}")
+
+    def create(self, name: str, namespace: str, election_record: Any) -> bool:
+        try:
+            return bool(super().create(name, namespace, election_record))
+        except (urllib3.exceptions.HTTPError, OSError):
+            return False
+
+    def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+        try:
+            return bool(super().update(name, namespace, updated_record))
+        except (urllib3.exceptions.HTTPError, OSError):
+            return False
+
+
 def run_leader_election(
     client: Client,
     *,
@@ -459,7 +485,7 @@ def run_leader_election(
     Uses the client library's leader election with a Lease lock; the lock is
     pointed at our ApiClient instead of the library's global default.
     """
-    lock = kubernetes.leaderelection.resourcelock.leaselock.LeaseLock(
+    lock = _UnreachableIsAFailedTry(
         lease_name, namespace, identity or f"{os.environ.get('HOSTNAME', 'controller')}-{uuid.uuid4().hex[:8]}"
     )
     lock.api_instance = kubernetes.client.CoordinationV1Api(client.api_client)
