@@ -100,7 +100,11 @@ def test_upgrade_from_the_previous_commit_with_a_trainjob_in_flight(
                 if e.status != 404:
                     raise
             wait("no Workload to list our check", lambda: not listing_our_check(custom))
-            custom.delete_cluster_custom_object(*KUEUE_API, "clusterqueues", queue)
+            try:
+                custom.delete_cluster_custom_object(*KUEUE_API, "clusterqueues", queue)
+            except kubernetes.client.ApiException as e:
+                if e.status != 404:
+                    raise
         for manifest in (tmp_path / "release" / "controller.yaml", previous_dir / "controller.yaml"):
             if manifest.exists():
                 kubectl(stack, "delete", "--ignore-not-found", "--wait=true", "--timeout=180s", "-f", str(manifest))
