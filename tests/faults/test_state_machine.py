@@ -124,7 +124,10 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         super().__init__()
         self.api = self.stack.plane.api_client()
         self.namespace = f"fault-sm-{uuid.uuid4().hex[:8]}"
-        harness.create_namespace(self.api, self.namespace)
+        # Its default ServiceAccount may take a while: a step may have restarted kube-controller-manager
+        # (the garbage collector's gap), which lists everything again before its ServiceAccount
+        # controller runs.
+        harness.create_namespace(self.api, self.namespace, timeout=120.0)
         flow.kueue_queues(self.api, suffix=self.namespace, namespace=self.namespace,
                           check_controller=admission.CONTROLLER_NAME)
         self.check = f"ac-{self.namespace}"
