@@ -136,7 +136,9 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         self.custom = kubernetes.client.CustomObjectsApi(self.api)
         self.sc = Scenario(self.stack, self.api, self.namespace)
         # Restarts are the machine's to choose: no failure policy ends the JobSet first.
-        self.sc.create_runtime(flow.runtime("sm", cpu="1", max_restarts=100, host_dirs={flow.MARKS: self.marks}))
+        # 750m: a superseded execution's pod still terminating and the next one's fit the node's 2 CPUs
+        # beside our controller's two pods and CoreDNS; the quota (1500m) still holds one at a time.
+        self.sc.create_runtime(flow.runtime("sm", cpu="750m", max_restarts=100, host_dirs={flow.MARKS: self.marks}))
         self.sc.wait("Trainer's webhook to know the runtime", self._started)
         self.resets: list[Execution] = []
         self.admissions: list[int] = []  # the A of each admission, in order
