@@ -53,8 +53,10 @@ start included, stays under about six minutes on a 2-core machine), or DISPATCH_
 (100) have run. Its seed is derived from the commit under test (`git rev-parse HEAD`), so one
 commit always searches the same sequences of steps (landing is deterministic) and each new commit
 searches new ones; DISPATCH_FAULTS_SEED=<seed> overrides it. The seed is printed at the start and
-named in a failure's report, with the steps the failing example ran (no example database, no
-shrinking). To replay a failure: the same command with DISPATCH_FAULTS_SEED set to that seed (and
+named in a failure's report, with the steps the failing example ran. The search stops at the
+first failure and reports it as it happened: no example database, no shrinking, and no run of the
+failing example once more (on a live cluster a race or a fault's timing decides a precondition, so
+a second run need not take the same steps). To replay a failure: the same command with DISPATCH_FAULTS_SEED set to that seed (and
 the same budget, or DISPATCH_FAULTS_BUDGET=0 with DISPATCH_FAULTS_EXAMPLES set to the failing
 example's number: the same seed draws the same examples in the same order). `make faults-soak`
 runs 20 examples of up to 10 steps with no time budget (DISPATCH_FAULTS_BUDGET=0).
@@ -122,6 +124,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        self.steps: list[str] = []  # what this example has done, for its failure's report
         self.api = self.stack.plane.api_client()
         self.namespace = f"fault-sm-{uuid.uuid4().hex[:8]}"
         # Its default ServiceAccount may take a while: a step may have restarted kube-controller-manager
@@ -148,6 +151,10 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         self.unsuspended_by_hand = False
         self.raised_by_hand = False  # since the last admission
         self._admitted(since=time.monotonic())
+
+    def _step(self, step: str) -> None:
+        log.info("step: %s", step)
+        self.steps.append(step)
 
     def _started(self) -> bool:
         """Start the TrainJob; False while Trainer's or Kueue's webhook refuses it for a runtime its
@@ -192,7 +199,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
     @hypothesis.stateful.precondition(lambda self: not self.running)
     @hypothesis.stateful.rule(fault=st.sampled_from(APPROVAL_FAULTS))
     def approve(self, fault: str | None) -> None:
-        log.info("step: approve (%s)", fault or "no fault")
+        self._step(f"approve ({fault or 'no fault'})")
         a = raising.counts(self.sc.trainjob()).current
         if fault is None:
             self._set_active(True)
@@ -222,7 +229,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         the TrainJob again (its Workload is not admitted), and the Workload stays as our raise
         found it. Once the hold ends, our controller's next pass must raise again: the approval's A
         is above every A a pod was created with (`_admitted`)."""
-        log.info("step: approve_after_an_unsuspend_by_hand")
+        self._step("approve_after_an_unsuspend_by_hand")
         self.unsuspended_by_hand = True
         a = raising.counts(self.sc.trainjob()).current
         with checks.approval_held(self.api, self.check, namespace=self.namespace):
@@ -259,7 +266,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         nobody, and Trainer resumes the same JobSet with the A of the last admission. Its execution
         repeats the last one's identity; our controller must flag each of its pods as started after
         a writer other than a raise set spec.suspend false. Then deactivated, our check put back."""
-        log.info("step: approve_without_our_check")
+        self._step("approve_without_our_check")
         queue = f"cq-{self.namespace}"
         strategy = self.custom.get_cluster_custom_object(*flow.KUEUE_API, "clusterqueues", queue)["spec"][
             "admissionChecksStrategy"]
@@ -296,7 +303,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
     @hypothesis.stateful.precondition(lambda self: self.running)
     @hypothesis.stateful.rule()
     def deactivate(self) -> None:
-        log.info("step: deactivate")
+        self._step("deactivate")
         self._set_active(False)
         self._stopped()
 
@@ -304,7 +311,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
     @hypothesis.stateful.rule()
     def preempt(self) -> None:
         """A TrainJob of a higher priority takes the quota, runs and ends; Kueue admits ours again."""
-        log.info("step: preempt")
+        self._step("preempt")
         self.preemptors += 1
         high = Scenario(self.stack, self.api, self.namespace, service_account=False)
         high.start("sm", queue="lq", job_id=f"fault.high{self.preemptors}",
@@ -319,7 +326,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
     @hypothesis.stateful.precondition(lambda self: not self.running)
     @hypothesis.stateful.rule()
     def raise_by_hand(self) -> None:
-        log.info("step: raise_by_hand")
+        self._step("raise_by_hand")
         self.raised_by_hand = True
         before = raising.counts(self.sc.trainjob()).current
         raised = adapter.raise_admission(self.sc.client, namespace=self.namespace, name=self.sc.name)
@@ -328,7 +335,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
     @hypothesis.stateful.precondition(lambda self: self.running)
     @hypothesis.stateful.rule()
     def restart(self) -> None:
-        log.info("step: restart")
+        self._step("restart")
         [j] = {int(p["metadata"]["labels"][names.RESTART_LABEL]) for p in self.sc.pods()}
         (self.marks / "fail").touch()
         pods = self.sc.new_pods()
@@ -340,7 +347,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
     @hypothesis.stateful.precondition(lambda self: self.running and not self.resets)
     @hypothesis.stateful.rule()
     def delete_jobset(self) -> None:
-        log.info("step: delete_jobset")
+        self._step("delete_jobset")
         old = self.sc.wait("the JobSet UID recorded", lambda: (
             self.sc.trainjob()["metadata"].get("annotations") or {}).get(names.JOBSET_UID_ANNOTATION))
         self.custom.delete_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", self.namespace, "jobsets",
@@ -376,7 +383,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
 
     @hypothesis.stateful.rule(which=st.sampled_from(FAULTS))
     def fault(self, which: str) -> None:
-        log.info("step: fault (%s)", which)
+        self._step(f"fault ({which})")
         if which == "our controller killed":
             self.stack.ours.kill_leader()
         else:
@@ -427,23 +434,28 @@ def search_seed() -> int:
     return int(done.stdout.strip()[:12] or "0", 16)
 
 
-class BudgetSpent(KeyboardInterrupt):
-    """Ends the search when its time budget is spent. A KeyboardInterrupt because hypothesis lets only
-    an interrupt end a run without recording the example it was starting as a test case: any other
-    exception there would either count as a failure or make its data generation look inconsistent
-    (an example that ended before drawing anything where an earlier one drew)."""
+class SearchEnded(KeyboardInterrupt):
+    """Ends the search: its time budget spent, or an example failed. A KeyboardInterrupt because
+    hypothesis lets only an interrupt end a run without recording the example under way as a test
+    case. Any other exception would count as a failure, and hypothesis would run the failing example
+    once more to report it; on a live cluster that replay cannot be the same run (a race decides a
+    precondition, a fault lands one step earlier), and hypothesis then reports its inconsistent data
+    generation instead of the failure. So the failure is kept here and reported as it happened."""
+
+
+class ExampleFailed(AssertionError):
+    """An example of the search failed: which one, the steps it took, and (chained) what failed."""
 
 
 class Budget:
-    """The search's time budget: a new example starts while it lasts (the first always does), and
-    always once an example has failed (hypothesis then runs the failing example once more, to
-    report its steps)."""
+    """The search's time budget and its first failure: a new example starts while the budget lasts
+    (the first always does) and no example has failed."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.start: float | None = None
         self.started = 0
-        self.failed = False
+        self.failure: tuple[BaseException, list[str]] | None = None
 
     def elapsed(self) -> float:
         return 0.0 if self.start is None else time.monotonic() - self.start
@@ -451,7 +463,7 @@ class Budget:
     def admits_another(self) -> bool:
         if self.start is None:
             self.start = time.monotonic()
-        if self.started and self.seconds > 0 and not self.failed and self.elapsed() >= self.seconds:
+        if self.started and self.seconds > 0 and self.elapsed() >= self.seconds:
             return False
         self.started += 1
         return True
@@ -466,28 +478,42 @@ def test_the_fault_machine(stack: stack_mod.Stack) -> None:
     class Bounded(FaultMachine):
         def __init__(self) -> None:
             if not budget.admits_another():
-                raise BudgetSpent  # before the example touches the cluster
-            hypothesis.note(f"fault machine search: seed {seed}, example {budget.started}")
+                raise SearchEnded  # before the example touches the cluster
             log.info("example %d (seed %d), %.0f s into the search", budget.started, seed, budget.elapsed())
-            super().__init__()
+            self.steps = []
+            try:
+                super().__init__()
+            except Exception as e:
+                budget.failure = (e, ["(setting the example up)"])
+                raise SearchEnded from e
 
         def teardown(self) -> None:
             # Called from hypothesis's `finally`: an exception under way is this example's failure,
             # unless it is hypothesis's own control flow (an example cut short, a BaseException).
             raised = sys.exc_info()[1]
-            if isinstance(raised, Exception) and not isinstance(raised, hypothesis.errors.HypothesisException):
-                budget.failed = True
-            super().teardown()
+            failed = isinstance(raised, Exception) and not isinstance(raised, hypothesis.errors.HypothesisException)
+            try:
+                super().teardown()
+            finally:
+                if failed:
+                    assert raised is not None
+                    budget.failure = (raised, self.steps)
+                    raise SearchEnded from raised
 
     machine: Any = hypothesis.seed(seed)(type("FaultMachineOnTheStack", (Bounded,), {"stack": stack}))
     try:
-        # No shrinking: hypothesis stops at the first failure and runs it once more to report it.
         hypothesis.stateful.run_state_machine_as_test(machine, settings=hypothesis.settings(
             max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
             phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
             suppress_health_check=list(hypothesis.HealthCheck)))
-    except BudgetSpent:
+    except SearchEnded:
         pass
     finally:
         print(f"fault machine search: seed {seed}, {budget.started} examples in {budget.elapsed():.0f} s",
               flush=True)
+    if budget.failure is not None:
+        error, steps = budget.failure
+        raise ExampleFailed(
+            f"example {budget.started} of seed {seed} failed after the steps: {', '.join(steps) or '(none)'} "
+            f"(replay: DISPATCH_FAULTS_SEED={seed} DISPATCH_FAULTS_BUDGET=0 DISPATCH_FAULTS_EXAMPLES="
+            f"{budget.started}): {type(error).__name__}: {error}") from error
