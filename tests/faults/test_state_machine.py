@@ -67,7 +67,8 @@ every run the first example is `deactivate`, `approve_after_an_unsuspend_by_hand
 trace in which an approval would carry an A a pod was created with if the pass approved on the
 raised-for marker alone), `deactivate`, `approve_without_our_check` (the shortest in which an
 execution repeats the last one's identity with nothing to flag it but who unsuspended it),
-`deactivate`, then an approval. The examples after it draw the rules at random.
+then `raise_by_hand` twice (the TrainJob is left suspended: `approve_without_our_check` ends
+with a deactivation). The examples after it draw the rules at random.
 """
 
 from __future__ import annotations
