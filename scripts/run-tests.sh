@@ -22,7 +22,8 @@ if [[ $what == prologue ]]; then
   pytest -p no:cacheprovider tests/prologue tests/images || failed=1
 fi
 if [[ $what == all || $what == python ]]; then
-  # The slowest 25 tests are listed at the end of every run.
-  pytest -p no:cacheprovider --durations=25 tests || failed=1
+  # The slowest 25 tests are listed at the end of every run; every test's time is in
+  # .test-results/pytest.xml (JUnit XML).
+  pytest -p no:cacheprovider --durations=25 --junitxml=.test-results/pytest.xml tests || failed=1
 fi
 exit $failed
