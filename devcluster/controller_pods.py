@@ -89,7 +89,9 @@ class ControllerPods:
 
     def kill(self, pod: str) -> None:
         """SIGKILL POD's controller container through containerd; return once the kubelet saw it end
-        (its restart count went up)."""
+        (its restart count went up). A container that ended on its own between the status read here
+        and the kill (e.g. a leader that lost its Lease while the apiserver was away exits) counts
+        as killed: the kubelet restarts it all the same."""
         [found] = [p for p in self.pods() if p.metadata.name == pod]
         status = _container(found)
         if status is None or status.state.running is None or not status.container_id:

@@ -615,12 +615,17 @@ class Node:
     def logs(self, *, lines: int = 60) -> str:
         return "\n".join(f"---- {name} ({p.log_path})\n{p.tail(lines)}" for name, p in self._procs.items())
 
-    def kill_container(self, container_id: str, sig: str = "SIGKILL") -> None:
+    def kill_container(self, container_id: str, sig: str = "SIGKILL") -> bool:
         """Send SIG to a container's task through containerd (the id a pod's status names after
-        `containerd://`), as the runtime does when a container is killed; the kubelet sees it end."""
+        `containerd://`), as the runtime does when a container is killed; the kubelet sees it end.
+        False when its task had already ended (the container exited, or was restarted, after the
+        status that named it was read)."""
         done = self._ctr("tasks", "kill", "--signal", sig, container_id, check=False, timeout=30.0)
         if done.returncode != 0:
+            if "no running task found" in done.stderr:
+                return False
             raise NodeError(f"ctr tasks kill {container_id}: {done.stderr.strip() or done.stdout.strip()}")
+        return True
 
     # -- pieces ------------------------------------------------------------
 
