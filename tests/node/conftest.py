@@ -1,12 +1,14 @@
-"""Fixtures of the real-node suite: one local cluster (devcluster/local.py: the control plane, the
-real Trainer and JobSet controllers, no Kueue, and the real node) shared by the modules that ask
-for it as `node_cluster` or `trainer_cluster`.
+"""Fixtures of the real-node suite.
 
-Those modules run first (`pytest_collection_modifyitems`), each test in namespaces of its own
-(`kit.new_namespace`); after each module they are deleted and their pods waited for, so the next
-module's pods have the node's two CPUs. One node per host: the shared cluster is stopped before a
-module that runs a cluster of its own (`toolkit cluster up`, a cluster with the release), and
-after the package."""
+`node_cluster`: one local cluster (devcluster/local.py: the control plane and the real node; no
+Trainer, JobSet or Kueue, so a TrainJob a test stores stays only stored) shared by the modules that
+ask for it. Those modules run first (`pytest_collection_modifyitems`), each test in namespaces of
+its own (`kit.new_namespace`); after each module they are deleted and their pods waited for, so
+the next module's pods have the node's two CPUs. One node per host: the shared cluster is stopped
+before a module that runs a cluster of its own (`trainer_cluster`, `toolkit cluster up`, a cluster
+with the release), and after the package.
+
+`trainer_cluster`: a cluster of the module's own with the real Trainer and JobSet controllers."""
 
 from __future__ import annotations
 
@@ -23,13 +25,12 @@ from tests.conftest import a_node_cluster
 from tests.node import kit
 
 HERE = pathlib.Path(__file__).parent
-SHARED = ("node_cluster", "trainer_cluster")
 PODS_GONE_SECONDS = 120.0
 _held: list[tuple[contextlib.ExitStack, stack_mod.Stack]] = []
 
 
 def _shares(item: pytest.Item) -> bool:
-    return any(name in getattr(item, "fixturenames", ()) for name in SHARED)
+    return "node_cluster" in getattr(item, "fixturenames", ())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -52,7 +53,7 @@ def _stop() -> None:
 def _shared() -> stack_mod.Stack:
     if not _held:
         exits = contextlib.ExitStack()
-        running = exits.enter_context(a_node_cluster(training=True))  # stops what it started if it fails
+        running = exits.enter_context(a_node_cluster())  # stops what it started if it fails
         _held.append((exits, running))
     return _held[0][1]
 
@@ -80,8 +81,9 @@ def node_cluster() -> Iterator[stack_mod.Stack]:
 
 
 @pytest.fixture(scope="module")
-def trainer_cluster(node_cluster: stack_mod.Stack) -> stack_mod.Stack:
-    return node_cluster
+def trainer_cluster() -> Iterator[stack_mod.Stack]:
+    with a_node_cluster(training=True) as running:
+        yield running
 
 
 @pytest.fixture(scope="module", autouse=True)
