@@ -463,6 +463,19 @@ class Stack:
         raise harness.HarnessError(f"kwok did not make node {name} Ready in {timeout}s\n{self._procs['kwok'].tail()}")
 
 
+def misplaced(api: kubernetes.client.ApiClient, namespace: str, *, ours: Iterable[Any] = ()) -> list[str]:
+    """What runs where it must not, beside the real node: each pod of NAMESPACE bound to a node that
+    is not kwok's, and each of OURS (our controller's pods) bound to one of kwok's or to none;
+    'POD on NODE' each."""
+    core = kubernetes.client.CoreV1Api(api)
+    selector = ",".join(f"{k}={v}" for k, v in KWOK_LABELS.items())
+    kwok = {n.metadata.name for n in core.list_node(label_selector=selector).items}
+    wrong = [f"{p.metadata.name} on {p.spec.node_name}" for p in core.list_namespaced_pod(namespace).items
+             if p.spec.node_name and p.spec.node_name not in kwok]
+    return wrong + [f"{p.metadata.name} on {p.spec.node_name}" for p in ours
+                    if not p.spec.node_name or p.spec.node_name in kwok]
+
+
 def still_running(groups: Iterable[tuple[str, procs.Group]]) -> list[str]:
     """Which of these process groups still has a live process, each only while it is the one recorded
     (devcluster/procs.py: a number alone may name someone else's group by now)."""
