@@ -39,7 +39,7 @@ from typing import Any
 import kubernetes.client
 import kubernetes.watch
 
-from devcluster import harness, install, node
+from devcluster import harness, install, node, polling
 
 DEPLOYMENT = "dispatch-controller"
 CONTAINER = "controller"
@@ -70,7 +70,7 @@ class ControllerPods:
     def stop(self) -> None:
         """Scale to zero; return once every pod of it is gone."""
         self._scale(0)
-        _until(lambda: not self.pods(), GONE_TIMEOUT_SECONDS, "our controller's pods to be gone")
+        _until("our controller's pods to be gone", lambda: not self.pods(), GONE_TIMEOUT_SECONDS)
 
     def start(self) -> str:
         """Scale to REPLICAS; return the pod that leads once it is Ready and holds the Lease."""
@@ -87,7 +87,7 @@ class ControllerPods:
             names = [p.metadata.name for p in self.pods() if not p.metadata.deletion_timestamp
                      and (c := _container(p)) is not None and c.state.running is not None and c.started]
             return names if len(names) == REPLICAS else None
-        names = _until(running, timeout, f"{REPLICAS} pods of our controller running")
+        names = _until(f"{REPLICAS} pods of our controller running", running, timeout)
         install.wait_leading(self.running, timeout=timeout)
         return names
 
@@ -124,10 +124,10 @@ class ControllerPods:
             raise harness.HarnessError(f"pod {pod}: its controller container is not running")
         self.running.node.kill_container(status.container_id.split("://", 1)[-1])
         before = status.restart_count
-        _until(lambda: any(p.metadata.name == pod and (_container(p) is None or _container(p).restart_count > before
+        _until(f"the kubelet to see pod {pod}'s controller killed",
+               lambda: any(p.metadata.name == pod and (_container(p) is None or _container(p).restart_count > before
                                                        or _container(p).state.running is None)
-                           for p in self.pods()) or None,
-               60.0, f"the kubelet to see pod {pod}'s controller killed")
+                           for p in self.pods()) or None, 60.0)
 
     def kill_leader(self) -> str:
         """Kill the pod that holds the Lease once every replica runs; its name."""
@@ -141,15 +141,8 @@ def _container(pod: Any) -> Any:
     return next((c for c in pod.status.container_statuses or [] if c.name == CONTAINER), None)
 
 
-def _until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = predicate()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise harness.HarnessError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
+def _until(what: str, predicate: Callable[[], Any], timeout: float) -> Any:
+    return polling.until(what, predicate, timeout=timeout, error=harness.HarnessError)
 
 
 class Logbook:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from devcluster import polling
+
 _T0 = time.monotonic()
 
 
@@ -27,7 +29,4 @@ def expect(ok: object, what: str) -> None:
 
 
 def wait_until(predicate: Callable[[], object], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        expect(time.monotonic() < deadline, f"{what} within {timeout:.0f} s")
-        time.sleep(0.2)
+    polling.until(what, predicate, timeout=timeout, error=Failed)

@@ -45,7 +45,7 @@ import kubernetes.watch
 import urllib3
 import yaml
 
-from devcluster import harness, install as install_mod, node
+from devcluster import harness, install as install_mod, node, polling
 
 PART = "dispatcher.yaml"
 COMPONENT = "app.kubernetes.io/component=dispatcher"  # the label the Deployment carries
@@ -111,14 +111,7 @@ def install(running: Any, release: Any, namespace: str) -> Released:
 
 
 def _wait(what: str, predicate: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = predicate()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise PodError(f"the dispatcher's pod: {what} not within {timeout:.0f}s")
-        time.sleep(0.1)
+    return polling.until(f"the dispatcher's pod: {what}", predicate, timeout=timeout, interval=0.1, error=PodError)
 
 
 def _alive(pid: int) -> bool:

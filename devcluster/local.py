@@ -48,7 +48,6 @@ NODE_IMAGES = (
     SIDECAR_IMAGE,
     "localhost/dispatch/sample-trainer:busybox",
     "localhost/dispatch/sample-trainer:python",
-    "localhost/dispatch/test-driver:dev",
 )
 # How long a test's cluster waits for the host's one node slot (another suite's node) before it fails
 # (DISPATCH_NODE_WAIT_SECONDS, for a host where several suites queue for it).

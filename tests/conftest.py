@@ -7,12 +7,12 @@ Interface (others import and rely on it; keep it stable):
 - `namespace` (function): the name of a fresh namespace whose `default`
   ServiceAccount exists; deleted after the test (not waited for).
 - `api_client` (function): an admin `kubernetes.client.ApiClient`, closed after.
-- `node_cluster` (module): a control plane of its own with the real node on it
-  (devcluster/local.py: kubelet, kube-proxy, containerd), no Trainer, JobSet or
-  Kueue: for tests whose pods must really run. One node per host, so a module
-  waits for the host's node slot; the node is stopped and the host swept after
-  the module. A suite overrides `control_plane` with it to run on the node
-  (tests/dispatcher/conftest.py).
+- `a_node_cluster(**options)` (a context manager): a control plane of its own with
+  the real node on it (devcluster/local.py: kubelet, kube-proxy, containerd), no
+  Kueue (nor Trainer and JobSet unless `training=True`): for tests whose pods must
+  really run. One node per host, so it waits for the host's node slot; the node is
+  stopped and the host swept when it ends. A suite overrides `control_plane` with
+  it to run on the node (tests/dispatcher/conftest.py); tests/node shares one.
 
 The plane starts lazily, on the first test that asks for it, so a run of pure
 unit tests never builds or starts anything. When a test that used the plane
@@ -59,11 +59,11 @@ def control_plane() -> Iterator[harness.ControlPlane | harness.ExistingCluster]:
 
 
 @contextlib.contextmanager
-def a_node_cluster(**options: Any) -> Iterator[stack_mod.Stack]:
-    """The local cluster without Trainer, JobSet or Kueue: the control plane and the real node, its
-    logs kept per test like the session plane's. OPTIONS go to `local.start` (e.g. the release's
-    directory)."""
-    running = local.start(kueue=False, training=False, **options)
+def a_node_cluster(*, training: bool = False, **options: Any) -> Iterator[stack_mod.Stack]:
+    """The local cluster without Kueue (and without Trainer and JobSet unless TRAINING): the control
+    plane and the real node, its logs kept per test like the session plane's. OPTIONS go to
+    `local.start` (e.g. the release's directory)."""
+    running = local.start(kueue=False, training=training, **options)
     _planes.append(running.plane)
     try:
         yield running
@@ -71,12 +71,6 @@ def a_node_cluster(**options: Any) -> Iterator[stack_mod.Stack]:
         _planes.remove(running.plane)
         running.stop()
         running.plane.stop()
-
-
-@pytest.fixture(scope="module")
-def node_cluster() -> Iterator[stack_mod.Stack]:
-    with a_node_cluster() as running:
-        yield running
 
 
 @pytest.fixture

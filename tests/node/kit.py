@@ -33,10 +33,13 @@ def wait(what: str, predicate: Callable[[], T | None], *, timeout: float = WAIT_
     """The first truthy value of PREDICATE, polled until TIMEOUT."""
     return waiting.until(what, predicate, timeout=timeout, interval=interval)
 
+TEST_LABEL = "dispatch.phpboyscout.uk/test"
+
 
 def new_namespace(api: kubernetes.client.ApiClient, *, prefix: str = "node") -> str:
+    """A namespace of the test's own, labelled TEST_LABEL: deleted after its module (tests/node/conftest.py)."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    harness.create_namespace(api, name, labels={"dispatch.phpboyscout.uk/test": "true"})
+    harness.create_namespace(api, name, labels={TEST_LABEL: "true"})
     return name
 
 
