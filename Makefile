@@ -98,7 +98,7 @@ cluster-down: venv
 
 # Every bench under bench/, full runs (docs/benchmarks.md); `make test` runs each one's --smoke
 # (tests/bench/test_bench_smoke.py).
-bench: venv images controlplane objectstores
+bench: venv images release-images controlplane controllers objectstores
 	$(PY) bench/prologue
 	$(PY) bench/sidecar
 	$(PY) bench/dispatcher --runs 300 --inflight 100

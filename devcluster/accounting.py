@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+from collections.abc import Mapping, Sequence
 
 from toolkit import kube
 
@@ -31,18 +32,23 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-class Cpu:
-    """CPU seconds each named process used between `start()` and `stop()`."""
+def _total(pids: int | Sequence[int]) -> float:
+    return sum(cpu_seconds(pid) for pid in ([pids] if isinstance(pids, int) else pids))
 
-    def __init__(self, pids: dict[str, int]) -> None:
+
+class Cpu:
+    """CPU seconds each named process (or each named set of processes, summed: a Deployment's
+    pods) used between `start()` and `stop()`."""
+
+    def __init__(self, pids: Mapping[str, int | Sequence[int]]) -> None:
         self.pids = pids
         self.used: dict[str, float] = {}
 
     def start(self) -> None:
-        self.begin = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.begin = {name: _total(pids) for name, pids in self.pids.items()}
 
     def stop(self) -> None:
-        self.used = {name: cpu_seconds(pid) - self.begin[name] for name, pid in self.pids.items()}
+        self.used = {name: _total(pids) - self.begin[name] for name, pids in self.pids.items()}
 
     def per_run_ms(self, runs: int) -> dict[str, float]:
         return {name: round(seconds * 1000 / runs, 2) for name, seconds in self.used.items()}

@@ -12,6 +12,11 @@ What a person or a node does to it, and nothing else:
   as in production). `all_running()` waits for that.
 - `leader()` names the pod that holds the Lease.
 
+What a bench measures of it, from outside as of any pod: `pids()`, each running pod's controller
+container's host processes (found by their cgroup, node.container_pids), and `metrics_addresses()`,
+each pod's IP and the port its container declares for /metrics (devcluster/metrics.py scrapes it
+with a reader's token).
+
 `Logbook` keeps every line each controller container printed, every restart of every pod
 included: a watch on the pods follows each container instance's log from the kubelet (from its
 first line, `previous` for one that ended before it was seen) into a file of its own in LOG_DIR,
@@ -34,10 +39,11 @@ from typing import Any
 import kubernetes.client
 import kubernetes.watch
 
-from devcluster import harness, install, polling
+from devcluster import harness, install, node, polling
 
 DEPLOYMENT = "dispatch-controller"
 CONTAINER = "controller"
+METRICS_PORT = "metrics"  # the name of the container's /metrics port in the Deployment
 REPLICAS = 2
 GONE_TIMEOUT_SECONDS = 90.0
 
@@ -84,6 +90,28 @@ class ControllerPods:
         names = _until(f"{REPLICAS} pods of our controller running", running, timeout)
         install.wait_leading(self.running, timeout=timeout)
         return names
+
+    # -- measuring it ---------------------------------------------------------
+
+    def pids(self) -> dict[str, list[int]]:
+        """Pod name -> the host processes of its controller container, for each pod where it runs."""
+        found = {}
+        for pod in self.pods():
+            status = _container(pod)
+            if status is not None and status.state.running is not None and status.container_id:
+                found[pod.metadata.name] = node.container_pids(pod.metadata.uid, status.container_id)
+        return found
+
+    def metrics_addresses(self) -> dict[str, tuple[str, int]]:
+        """Pod name -> (its IP, the port its controller container declares as `metrics`), for each pod
+        that has an IP."""
+        found = {}
+        for pod in self.pods():
+            ports = [p.container_port for c in pod.spec.containers if c.name == CONTAINER
+                     for p in c.ports or [] if p.name == METRICS_PORT]
+            if pod.status.pod_ip and ports:
+                found[pod.metadata.name] = (pod.status.pod_ip, ports[0])
+        return found
 
     # -- faults --------------------------------------------------------------
 

@@ -103,7 +103,7 @@ def services_bin() -> pathlib.Path:
     return stack_mod.build_binaries("services")
 
 
-def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
+def start(*, kueue: bool = True, training: bool = True, kwok: bool = False, plane_bin: pathlib.Path | None = None, controllers: pathlib.Path | None = None,
           workdir: pathlib.Path | None = None, detach: bool = False, wait_for_node: bool = True,
           images: tuple[str, ...] = NODE_IMAGES, registry_name: str = registry_mod.DEFAULT_NAME,
           release_dir: pathlib.Path | None = None, release_controller: bool = True) -> stack_mod.Stack:
@@ -112,6 +112,9 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
     real node, and CoreDNS on it; return the Stack (its `plane` and `node` attributes are the
     other two; `node.registry` is the registry). The caller stops the Stack (which stops the node
     and the registry), then the plane.
+
+    KWOK: kwok runs too, for the simulated nodes a bench adds beside the real one
+    (`Stack.add_node`: tainted, so that only what tolerates them lands there).
 
     WAIT_FOR_NODE: wait while another cluster's node holds this host (tests), else refuse at once.
     RELEASE_DIR: install our release as a user does (devcluster/install.py: the bundle written
@@ -152,8 +155,7 @@ def start(*, kueue: bool = True, training: bool = True, plane_bin: pathlib.Path 
         swept = node_mod.sweep()
         node_mod.prepare_host(owner=owner(plane.workdir))
         plane.start()
-        running = stack_mod.Stack(plane, kueue=kueue, training=training, bin_dir=controllers,
-                                  host_controller=False).start()
+        running = stack_mod.Stack(plane, kueue=kueue, kwok=kwok, training=training, bin_dir=controllers).start()
         registry = registry_mod.Registry(plane, bin_dir=services, name=registry_name)
         node = node_mod.Node(plane, plane_bin=plane_bin, controllers_bin=controllers, images=images,
                              cache=cache_dir(), lock_fd=lock, registry=registry)

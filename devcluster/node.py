@@ -603,6 +603,10 @@ class Node:
         for proc in self._procs.values():
             proc.check_alive()
 
+    def pids(self) -> dict[str, int]:
+        """Each running component's process (containerd, the kubelet, kube-proxy, the registry)."""
+        return {name: p.popen.pid for name, p in self._procs.items() if p.popen is not None}
+
     def restart(self, name: str) -> None:
         """Stop one component (kubelet, kube-proxy) and start it again with the same command line.
         Running pods keep running; a restarted kubelet finds them again, its in-memory state

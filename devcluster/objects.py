@@ -2,8 +2,8 @@
 Kueue controllers do not run: a TrainJob carrying our runtime-patch entry
 (raising.patch_entry, not the renderer), a Workload owned by it, and the
 Workload status writes Kueue makes on quota reservation and on eviction. All
-go through the real apiserver. bench/controller plays Kueue with these, and
-so do the adapter's cluster tests (tests/adapter/kit.py).
+go through the real apiserver. The adapter's cluster tests (tests/adapter/kit.py)
+play Kueue with these; bench/controller raises on these TrainJobs.
 
 The TrainJob names a TrainingRuntime in its own namespace (RUNTIME), made
 compliant (the runtime requirements) by the renderer and created with it (`ensure_runtime`): open,

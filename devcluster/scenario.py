@@ -314,14 +314,15 @@ KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
 
 
 def kueue_queues(api: kubernetes.client.ApiClient, *, suffix: str, namespace: str, check_controller: str,
-                 cpu: str = "1500m", check: bool = True) -> None:
+                 cpu: str = "1500m", check: bool = True, flavor: dict[str, Any] | None = None) -> None:
     """ResourceFlavor, an AdmissionCheck served by `check_controller`, a
     ClusterQueue of `cpu` (room for one TrainJob of 1 CPU; the sidecar's
     requests are CPU and memory, so both are covered) that requires the check
     (unless CHECK is false: the same queue without it, the baseline of
     bench/admission) and preempts lower priorities, a LocalQueue `lq` in
     `namespace`, and two WorkloadPriorityClasses `low-<suffix>` and
-    `high-<suffix>`."""
+    `high-<suffix>`. FLAVOR: the ResourceFlavor's spec (e.g. stack.KWOK_FLAVOR:
+    what it admits runs on kwok's nodes)."""
     custom = kubernetes.client.CustomObjectsApi(api)
 
     def create(plural: str, body: dict[str, Any], ns: str | None = None) -> None:
@@ -331,7 +332,8 @@ def kueue_queues(api: kubernetes.client.ApiClient, *, suffix: str, namespace: st
         else:
             custom.create_cluster_custom_object(*KUEUE_API, plural, body)
 
-    create("resourceflavors", {"kind": "ResourceFlavor", "metadata": {"name": f"rf-{suffix}"}})
+    create("resourceflavors", {"kind": "ResourceFlavor", "metadata": {"name": f"rf-{suffix}"},
+                               **({"spec": flavor} if flavor else {})})
     create("admissionchecks", {"kind": "AdmissionCheck", "metadata": {"name": f"ac-{suffix}"},
                                "spec": {"controllerName": check_controller}})
     strategy = {"admissionChecksStrategy": {"admissionChecks": [{"name": f"ac-{suffix}"}]}} if check else {}

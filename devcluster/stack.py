@@ -17,7 +17,8 @@ kwok (`kwok=True`) simulates many nodes for tests and benches whose point is
 scale: thousands of objects, no containers. It is not a kubelet, and nothing
 that claims how a pod behaves is tested on it: kwok's own node-initialize,
 pod-ready and pod-delete stages (read from its module) only mark its pods
-Running and delete them.
+Running and delete them. Its nodes (`add_node`) carry kwok's taint, so that
+beside the real node only what tolerates it lands there (KWOK_FLAVOR).
 
 Invariants:
 - Every port (webhook, metrics, health) is a free port chosen here; nothing
@@ -40,7 +41,6 @@ import os
 import pathlib
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -62,6 +62,15 @@ KWOK = ("sigs.k8s.io/kwok", "v0.8.0")
 
 # Nodes kwok manages carry this annotation (kwok's own convention).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# ... and, beside a real node, kwok's taint: only a pod that tolerates it lands on a kwok node (the
+# TrainJobs of a bench, through their ResourceFlavor: KWOK_FLAVOR), never our controller's pods.
+KWOK_TAINT = {"key": KWOK_NODE_ANNOTATION, "value": "fake", "effect": "NoSchedule"}
+KWOK_LABELS = {"type": "kwok"}
+# A ResourceFlavor's spec that puts what Kueue admits in it on kwok's nodes: their label as its
+# nodeLabels (Kueue adds them to the pods' nodeSelector) and a toleration of their taint.
+KWOK_FLAVOR = {"nodeLabels": KWOK_LABELS,
+               "tolerations": [{"key": KWOK_NODE_ANNOTATION, "operator": "Equal", "value": "fake",
+                                "effect": "NoSchedule"}]}
 
 # Kueue's integrations the suite enables, and so the only Kueue webhooks it
 # installs: a webhook for a framework that is not enabled has no handler and,
@@ -130,23 +139,20 @@ class Stack:
     """Trainer + JobSet (+ Kueue) (+ kwok) against a started control plane.
 
     `kueue=True` also runs Kueue with the TrainJob integration (its
-    configuration is written here; a scenario sets up its queues itself) and
-    our controller (`toolkit controller`: the admission check and the reset
-    detector), as the cluster's admin: its RBAC is the deployment suite's
-    concern (deployments/k8s/base), not this one's.
+    configuration is written here; a scenario sets up its queues itself).
+    Nothing of ours runs here: our controller is the release's, installed by
+    `local.start(release_dir=...)` as its Deployment's pods on the real node
+    (devcluster/install.py).
     """
 
     def __init__(self, plane: Any, *, kueue: bool = False, kwok: bool = False, training: bool = True,
-                 bin_dir: pathlib.Path | None = None, host_controller: bool = True) -> None:
-        """TRAINING=False: none of Trainer, JobSet, Kueue (a cluster for the dispatcher alone).
-        HOST_CONTROLLER=False: with Kueue, our controller is not started here (the release's
-        pods run it: devcluster/install.py)."""
+                 bin_dir: pathlib.Path | None = None) -> None:
+        """TRAINING=False: none of Trainer, JobSet, Kueue (a cluster for the dispatcher alone)."""
         self.plane = plane
         self.training = training
         self.bin_dir = bin_dir or build_binaries()
         self.kueue = kueue
         self.kwok = kwok
-        self.host_controller = host_controller
         # The sidecar image the runtimes name: the release's once installed (devcluster/install.py).
         self.sidecar_image: str | None = None
         self.installed: Any = None  # devcluster/install.Installed, when the release runs our controller
@@ -158,7 +164,6 @@ class Stack:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._procs: dict[str, harness._Process] = {}
         self._health: dict[str, int] = {}  # name -> its readyz port, for a restart's wait
-        self._metrics: dict[str, int] = {}  # name -> its /metrics port (HTTPS, a token needed: devcluster.metrics)
         self.started: list[tuple[str, procs.Group]] = []  # every start of every component, kept after stop()
         self._webhooks: list[dict[str, Any]] = []
         self.cert_dir = self.workdir / "webhook-certs"
@@ -183,8 +188,6 @@ class Stack:
                     self._start_kueue(api)
             if self.kwok:
                 self._start_kwok()
-            if self.kueue and self.host_controller:
-                self._start_dispatch_controller()
         except BaseException:
             self.stop()
             raise
@@ -270,9 +273,6 @@ class Stack:
 
     def health_port(self, name: str) -> int:
         return self._health[name]
-
-    def metrics_port(self, name: str) -> int:
-        return self._metrics[name]
 
     # -- pieces ------------------------------------------------------------
 
@@ -436,30 +436,15 @@ class Stack:
             f"--tls-cert-file={self.cert_dir / 'tls.crt'}", f"--tls-private-key-file={self.cert_dir / 'tls.key'}",
         ], env={"HOME": str(self.workdir)})  # kwok also reads ~/.kwok/kwok.yaml: keep the user's out
 
-    def _start_dispatch_controller(self) -> None:
-        """Our admission-check controller and reset detector (`toolkit controller`)."""
-        health = harness.free_port()
-        self._run("dispatch-controller", self._controller_argv(health, "--no-leader-elect", name="dispatch-controller"),
-                  env={"HOME": str(self.workdir), "PYTHONPATH": str(HERE.parent)})
-        self._wait_ready("dispatch-controller", health)
-
-    def _controller_argv(self, health: int, *extra: str, name: str) -> list[str]:
-        # The `toolkit controller` command itself, called as a click command.
-        self._metrics[name] = harness.free_port()
-        return [
-            sys.executable, "-c", "import sys; from toolkit import cli_cluster; cli_cluster.controller_cmd(sys.argv[1:])",
-            f"--kubeconfig={self.plane.kubeconfig}", *extra,
-            "--health-host=127.0.0.1", f"--health-port={health}", "--workers=2",
-            "--metrics-host=127.0.0.1", f"--metrics-port={self._metrics[name]}",
-        ]
-
     def add_node(self, api: kubernetes.client.ApiClient, name: str, *, cpu: str = "8", memory: str = "16Gi",
                  timeout: float = 30.0) -> None:
-        """A Node kwok manages; returns once kwok has made it Ready."""
+        """A Node kwok manages, labelled KWOK_LABELS and tainted KWOK_TAINT; returns once kwok has
+        made it Ready."""
         core = kubernetes.client.CoreV1Api(api)
         core.create_node({
             "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                         "labels": {"type": "kwok", "kubernetes.io/hostname": name}},
+                         "labels": {**KWOK_LABELS, "kubernetes.io/hostname": name}},
+            "spec": {"taints": [KWOK_TAINT]},
             "status": {"capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
                        "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"}},
         })
@@ -469,12 +454,26 @@ class Stack:
             node = core.read_node(name)
             if any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or [])):
                 # The apiserver taints a new Node not-ready; the node lifecycle
-                # controller, which the plane does not run, lifts the taint once
-                # the node reports Ready. Do that one step of its job here.
-                core.patch_node(name, {"spec": {"taints": None}})
+                # controller (which a plane without a real node does not run) lifts
+                # the taint once the node reports Ready. Do that one step of its
+                # job here, so the node is schedulable at once: kwok's taint stays.
+                core.patch_node(name, {"spec": {"taints": [KWOK_TAINT]}})
                 return
             time.sleep(0.2)
         raise harness.HarnessError(f"kwok did not make node {name} Ready in {timeout}s\n{self._procs['kwok'].tail()}")
+
+
+def misplaced(api: kubernetes.client.ApiClient, namespace: str, *, ours: Iterable[Any] = ()) -> list[str]:
+    """What runs where it must not, beside the real node: each pod of NAMESPACE bound to a node that
+    is not kwok's, and each of OURS (our controller's pods) bound to one of kwok's or to none;
+    'POD on NODE' each."""
+    core = kubernetes.client.CoreV1Api(api)
+    selector = ",".join(f"{k}={v}" for k, v in KWOK_LABELS.items())
+    kwok = {n.metadata.name for n in core.list_node(label_selector=selector).items}
+    wrong = [f"{p.metadata.name} on {p.spec.node_name}" for p in core.list_namespaced_pod(namespace).items
+             if p.spec.node_name and p.spec.node_name not in kwok]
+    return wrong + [f"{p.metadata.name} on {p.spec.node_name}" for p in ours
+                    if not p.spec.node_name or p.spec.node_name in kwok]
 
 
 def still_running(groups: Iterable[tuple[str, procs.Group]]) -> list[str]:

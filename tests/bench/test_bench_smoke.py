@@ -4,6 +4,10 @@ nothing and are not checked; the full runs are `make bench`.
 
 A bench file with no entry here fails `test_every_bench_has_a_smoke_run`, so a
 new bench cannot be left out.
+
+A bench that runs the local cluster with its real node (controller, admission) first waits for the one
+node slot of the host, as the node suites do (DISPATCH_NODE_WAIT_SECONDS, devcluster/local.py): its time
+allowed is that wait plus its own.
 """
 
 from __future__ import annotations
@@ -15,16 +19,20 @@ import sys
 
 import pytest
 
+from devcluster import local
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
+# The seconds a bench that runs the real node may wait for the host's node slot, on top of its own.
+NODE = local.NODE_WAIT_SECONDS
 # name: (the interpreter it runs under, the marks of what it needs, seconds it may take)
 SMOKE = {
     "checkpoint": ([sys.executable], [], 120),
     "checkpoint-s3": ([sys.executable], [], 300),
     "prologue": ([sys.executable], [], 300),
     "wrap": (["bash"], [], 120),
-    "controller": ([sys.executable], [pytest.mark.cluster], 600),
-    "admission": ([sys.executable], [pytest.mark.cluster], 600),
+    "controller": ([sys.executable], [pytest.mark.cluster, pytest.mark.timeout(NODE + 660)], NODE + 600),
+    "admission": ([sys.executable], [pytest.mark.cluster, pytest.mark.timeout(NODE + 660)], NODE + 600),
     "dispatcher": ([sys.executable], [pytest.mark.cluster], 600),
     "sidecar": ([sys.executable], [pytest.mark.cluster, pytest.mark.images], 900),
 }
