@@ -553,7 +553,15 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
             cluster.wait(lambda: started() > 50, what="the dispatcher's loop started")
             time.sleep(rng.uniform(0.0, 0.9))
             d.crash()
-            cluster.wait(all_ended, timeout=180, what="every run to end")
+            try:
+                cluster.wait(all_ended, timeout=180, what="every run to end")
+            except AssertionError as e:
+                left = {r["id"]: (r["state"], backend.get(r["id"]).get("reports"), sorted(uids.get(f"tcab-run-{r['id']}", ())),
+                                  state.get(f"tcab-run-{r['id']}"))
+                        for r in backend.runs() if r["state"] != "succeeded"}
+                raise AssertionError(f"{e}; the runs not succeeded (state, reports, their Jobs' uids, the Job "
+                                     f"unfinished): {left}; pods started: {dict(pods.started)}; "
+                                     f"exits: {dict(pods.exits)}") from e
             # No slot leaked: runs whose drivers never finish (they wait to be released) still get
             # MAX_INFLIGHT Jobs from the last dispatcher, so all MAX_INFLIGHT slots were free at once.
             extra = [backend.enqueue()["id"] for _ in range(max_inflight)]
