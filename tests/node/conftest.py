@@ -3,10 +3,10 @@
 `node_cluster`: one local cluster (devcluster/local.py: the control plane and the real node; no
 Trainer, JobSet or Kueue, so a TrainJob a test stores stays only stored) shared by the modules that
 ask for it. Those modules run first (`pytest_collection_modifyitems`), each test in namespaces of
-its own (`kit.new_namespace`); after each module they are deleted and their pods waited for, so
-the next module's pods have the node's two CPUs. One node per host: the shared cluster is stopped
-before a module that runs a cluster of its own (`trainer_cluster`, `toolkit cluster up`, a cluster
-with the release), and after the package.
+its own (`kit.new_namespace`); after each module they are deleted, their pods at once, and the
+pods waited for, so the next module's pods have the node's two CPUs. One node per host: the
+shared cluster is stopped before a module that runs a cluster of its own (`trainer_cluster`,
+`toolkit cluster up`, a cluster with the release), and after the package.
 
 `trainer_cluster`: a cluster of the module's own with the real Trainer and JobSet controllers."""
 
@@ -59,13 +59,16 @@ def _shared() -> stack_mod.Stack:
 
 
 def _leave_no_test_namespace(running: stack_mod.Stack) -> None:
+    """Delete the module's namespaces, their pods at once (no grace: nothing in them is judged any
+    more), and wait for those pods to be gone from the node; the namespaces go on their own."""
     with running.plane.api_client() as api:
         core = kubernetes.client.CoreV1Api(api)
-        selector = f"{kit.TEST_LABEL}=true"
-        for namespace in core.list_namespace(label_selector=selector).items:
-            core.delete_namespace(namespace.metadata.name)
-        waiting.until("the module's namespaces to be gone, their pods with them",
-                      lambda: not core.list_namespace(label_selector=selector).items, timeout=PODS_GONE_SECONDS)
+        namespaces = [n.metadata.name for n in core.list_namespace(label_selector=f"{kit.TEST_LABEL}=true").items]
+        for namespace in namespaces:
+            core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+            core.delete_namespace(namespace)
+        waiting.until("the module's pods to be gone",
+                      lambda: not any(core.list_namespaced_pod(n).items for n in namespaces), timeout=PODS_GONE_SECONDS)
 
 
 @pytest.fixture(scope="module")
