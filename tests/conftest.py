@@ -24,10 +24,12 @@ report. The session plane's own logs go with its workdir when it stops.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import pathlib
 import re
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -119,6 +121,29 @@ def _keep_logs(item: pytest.Item, plane: harness.ControlPlane | harness.Existing
             while chunk := source.read(1 << 20):
                 copy.write(chunk)
     return dest
+
+
+_exit_status = pytest.StashKey[int]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config.stash[_exit_status] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the run with pytest's own status once every report is written (the summary, the JUnit
+    XML), after the exit handlers, without the interpreter's finalization: a native library's background threads (the
+    object-store client's runtime, loaded by the fence's tests) can abort the process while the
+    interpreter tears itself down, after every test has passed, and that SIGABRT would be the run's
+    status."""
+    status = config.stash.get(_exit_status, None)
+    if status is None:
+        return
+    atexit._run_exitfuncs()  # what a normal exit runs first (a control plane left running is stopped)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 @pytest.hookimpl(wrapper=True)
