@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import re
 import time
 from typing import Any
 
@@ -41,6 +42,11 @@ SIDECAR_RBAC = pathlib.Path(__file__).resolve().parents[1] / "deployments" / "k8
 JOB_ID = "e2e.job"  # JobIDs may hold dots: the token is parsed from the right
 GENERATION, SUBMISSION, ATTEMPT = 3, 7, 1
 WAIT_SECONDS = 90.0
+# What Trainer's and Kueue's TrainJob webhooks say of a runtime their caches have not seen yet, and
+# how long `Scenario.start` asks again while they say it.
+RUNTIME_NOT_SEEN = re.compile(r"specified trainingRuntime must be created before the TrainJob is created"
+                              r"|runtime '[^']*' not found")
+RUNTIME_SEEN_SECONDS = 30.0
 
 TRAINER_CONTAINER = names.TRAINER_CONTAINER
 
@@ -167,7 +173,17 @@ class Scenario:
         self.job_id = job_id
         trainjob = render.trainjob(req)
         trainjob["metadata"].setdefault("labels", {}).update(labels or {})
-        started = adapter.start(self.client, trainjob=trainjob)
+        # Trainer's and Kueue's webhooks refuse a TrainJob whose runtime their caches have not seen
+        # yet (a runtime just created, or an apiserver just restarted): a moment later they take it.
+        deadline = time.monotonic() + RUNTIME_SEEN_SECONDS
+        while True:
+            try:
+                started = adapter.start(self.client, trainjob=trainjob)
+                break
+            except kube.Forbidden as e:
+                if time.monotonic() > deadline or not RUNTIME_NOT_SEEN.search(str(e)):
+                    raise
+                time.sleep(0.5)
         assert started.created
 
     def pods(self) -> list[dict[str, Any]]:

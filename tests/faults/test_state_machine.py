@@ -104,10 +104,6 @@ BUDGET = float(os.environ.get("DISPATCH_FAULTS_BUDGET", "200"))  # seconds; 0: n
 # rank failure). `rm` succeeds for one execution only, so one rank fails per file the test writes.
 COMMAND = ["/bin/sh", "-c",
            'env; trap "exit 0" TERM; while :; do rm /marks/fail 2>/dev/null && exit 3; sleep 0.2 & wait $!; done']
-# Trainer's webhook and Kueue's TrainJob webhook each refuse a TrainJob whose runtime their cache has
-# not seen yet.
-RUNTIME_NOT_SEEN = ("specified trainingRuntime must be created before the TrainJob is created",
-                    "runtime 'sm' not found")
 TRAINER_API = ("trainer.kubeflow.org", "v1alpha1")
 # What our controller's flag says of a pod created after someone other than a raise unsuspended it.
 RESUMED = "started after spec.suspend was set false by "
@@ -163,7 +159,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         try:
             self.sc.start("sm", queue="lq", job_id="fault.sm", command=COMMAND)
         except kube.Forbidden as e:
-            if not any(refusal in str(e) for refusal in RUNTIME_NOT_SEEN):
+            if not flow.RUNTIME_NOT_SEEN.search(str(e)):
                 raise
             return False
         return True
