@@ -46,7 +46,7 @@ WAIT_SECONDS = 90.0
 # how long `Scenario.start` asks again while they say it.
 RUNTIME_NOT_SEEN = re.compile(r"specified trainingRuntime must be created before the TrainJob is created"
                               r"|runtime '[^']*' not found")
-RUNTIME_SEEN_SECONDS = 30.0
+RUNTIME_SEEN_SECONDS = WAIT_SECONDS
 
 TRAINER_CONTAINER = names.TRAINER_CONTAINER
 

@@ -94,7 +94,7 @@ from controller import admission
 from devcluster import harness, scenario as flow, stack as stack_mod
 from devcluster.scenario import Execution, Scenario
 from tests.faults import checks
-from toolkit import adapter, kube, names, raising
+from toolkit import adapter, names, raising
 
 log = logging.getLogger(__name__)
 EXAMPLES = int(os.environ.get("DISPATCH_FAULTS_EXAMPLES", "100"))
@@ -139,7 +139,8 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         # 750m: a superseded execution's pod still terminating and the next one's fit the node's 2 CPUs
         # beside our controller's two pods and CoreDNS; the quota (1500m) still holds one at a time.
         self.sc.create_runtime(flow.runtime("sm", cpu="750m", max_restarts=100, host_dirs={flow.MARKS: self.marks}))
-        self.sc.wait("Trainer's webhook to know the runtime", self._started)
+        # Scenario.start asks again while Trainer's or Kueue's webhook has not seen the runtime yet.
+        self.sc.start("sm", queue="lq", job_id="fault.sm", command=COMMAND)
         self.resets: list[Execution] = []
         self.admissions: list[int] = []  # the A of each admission, in order
         self.created_with: set[int] = set()  # the A of every pod of ours seen created, run or not
@@ -152,17 +153,6 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
     def _step(self, step: str) -> None:
         log.info("step: %s", step)
         self.steps.append(step)
-
-    def _started(self) -> bool:
-        """Start the TrainJob; False while Trainer's or Kueue's webhook refuses it for a runtime its
-        cache has not seen yet (after a restart of kube-apiserver its informers take seconds to catch up)."""
-        try:
-            self.sc.start("sm", queue="lq", job_id="fault.sm", command=COMMAND)
-        except kube.Forbidden as e:
-            if not flow.RUNTIME_NOT_SEEN.search(str(e)):
-                raise
-            return False
-        return True
 
     # -- what every admission must show -----------------------------------------------------------
 
