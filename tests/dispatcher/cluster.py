@@ -132,40 +132,37 @@ def control_plane_client(api: kubernetes.client.ApiClient) -> kubernetes.client.
     return kubernetes.client.ApiClient(api.configuration)
 
 
-class PodWatch(threading.Thread):
-    """What the kubelet did with every pod of a namespace, through a watch that starts with the
-    namespace's pods and misses no change after: which driver Jobs (by uid, per Job name) had their
-    driver container started, the exit code of each driver container that ran, and every waiting
-    reason seen.
-    Short watches, each resumed from the last resourceVersion, so it ends soon after `stop`."""
+class _Watch(threading.Thread):
+    """One kind of object in a namespace through a watch that starts with a list and misses no
+    change after: `_see(event_type, obj)` for each (ADDED for the listed ones). Short watches, each
+    resumed from the last resourceVersion, so it ends soon after `stop`; a watch that dies fails
+    `check`."""
 
-    def __init__(self, api: kubernetes.client.ApiClient, namespace: str) -> None:
+    KIND = ""
+
+    def __init__(self, api: kubernetes.client.ApiClient, namespace: str, list_call: Callable[..., Any]) -> None:
         super().__init__(daemon=True)
-        self.api, self.namespace = control_plane_client(api), namespace
+        self.api, self.namespace, self.list_call = api, namespace, list_call
         self.stopping = threading.Event()
         self.listed = threading.Event()
-        self.started: dict[str, set[str]] = collections.defaultdict(set)  # Job name -> uids of its Jobs that ran
-        self.exits: dict[str, int] = {}  # pod -> its driver container's exit code
-        self.waiting: dict[str, set[str]] = collections.defaultdict(set)  # pod -> waiting reasons
         self.failure: BaseException | None = None
 
     def run(self) -> None:
-        core = kubernetes.client.CoreV1Api(self.api)
         version = ""
         try:
             while not self.stopping.is_set():
                 if not version:
-                    listing = core.list_namespaced_pod(self.namespace)
+                    listing = self.list_call(self.namespace)
                     version = listing.metadata.resource_version
-                    for pod in listing.items:
-                        self._see(pod)
+                    for obj in listing.items:
+                        self._see("ADDED", obj)
                     self.listed.set()
                 try:
-                    for event in kubernetes.watch.Watch().stream(core.list_namespaced_pod, self.namespace,
-                                                                 timeout_seconds=2, resource_version=version):
-                        pod = event["object"]
-                        version = pod.metadata.resource_version
-                        self._see(pod)
+                    for event in kubernetes.watch.Watch().stream(self.list_call, self.namespace, timeout_seconds=2,
+                                                                 resource_version=version):
+                        obj = event["object"]
+                        version = obj.metadata.resource_version
+                        self._see(event["type"], obj)
                 except kubernetes.client.ApiException as e:
                     if e.status != 410:
                         raise
@@ -175,9 +172,39 @@ class PodWatch(threading.Thread):
         finally:
             self.api.close()
 
-    def _see(self, pod: Any) -> None:
+    def _see(self, event_type: str, obj: Any) -> None:
+        raise NotImplementedError
+
+    def check(self) -> None:
+        if self.failure is not None or not self.is_alive():
+            raise AssertionError(f"the {self.KIND} watch ended: {self.failure!r}")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=30)
+        assert not self.is_alive(), f"the {self.KIND} watch did not end"
+
+
+class PodWatch(_Watch):
+    """What the kubelet did with every pod of a namespace: which driver Jobs (by uid, per Job name)
+    had their driver container started, the exit code of each driver container that ran, every
+    waiting reason seen, and why each pod that failed did (its phase's reason and message)."""
+
+    KIND = "pod"
+
+    def __init__(self, api: kubernetes.client.ApiClient, namespace: str) -> None:
+        client = control_plane_client(api)
+        super().__init__(client, namespace, kubernetes.client.CoreV1Api(client).list_namespaced_pod)
+        self.started: dict[str, set[str]] = collections.defaultdict(set)  # Job name -> uids of its Jobs that ran
+        self.exits: dict[str, int] = {}  # pod -> its driver container's exit code
+        self.waiting: dict[str, set[str]] = collections.defaultdict(set)  # pod -> waiting reasons
+        self.failed: dict[str, str] = {}  # pod of a Job -> "Job name: reason: message" once the pod failed
+
+    def _see(self, event_type: str, pod: Any) -> None:
         job = (pod.metadata.labels or {}).get("batch.kubernetes.io/job-name")
         owners = [o.uid for o in pod.metadata.owner_references or [] if o.kind == "Job"]
+        if job and pod.status.phase == "Failed":
+            self.failed[pod.metadata.name] = f"{job}: {pod.status.reason}: {pod.status.message}"
         for status in pod.status.container_statuses or []:
             if status.name != "driver" or status.state is None:
                 continue
@@ -190,11 +217,89 @@ class PodWatch(threading.Thread):
             if state.terminated is not None and state.terminated.started_at:  # not a container never made
                 self.exits[pod.metadata.name] = state.terminated.exit_code
 
+
+class Dispatches:
+    """Every driver Job of a namespace and every token Secret, through two watches, for the
+    in-flight count as the cap means it: Jobs unfinished whose driver can still run, so a Job whose
+    Secret is the tombstone (its container can never start) does not count.
+
+    Each change is recorded with its resourceVersion and the count is replayed in that order: the
+    two watches deliver independently, but the apiserver's resourceVersions (etcd's revisions) order
+    all writes of one cluster, so a tombstone written before the Job that took its slot is seen
+    before it. `uids` (Job name -> the uids of its Jobs) and `unfinished` (Job name -> unfinished)
+    are kept as the changes come."""
+
+    def __init__(self, api: kubernetes.client.ApiClient, namespace: str) -> None:
+        self.lock = threading.Lock()
+        self.changes: list[tuple[int, str, str, str, bool]] = []  # (rv, "job"|"secret", name, uid, flag)
+        self.uids: dict[str, set[str]] = collections.defaultdict(set)
+        self.unfinished: dict[str, bool] = {}
+        jobs_client, secrets_client = control_plane_client(api), control_plane_client(api)
+        self.watches = [_Recorder(jobs_client, namespace, kubernetes.client.BatchV1Api(jobs_client).list_namespaced_job,
+                                  self._job),
+                        _Recorder(secrets_client, namespace,
+                                  kubernetes.client.CoreV1Api(secrets_client).list_namespaced_secret, self._secret)]
+
+    def _job(self, event_type: str, job: Any) -> None:
+        name, uid = job.metadata.name, job.metadata.uid
+        with self.lock:
+            self.uids[name].add(uid)
+            if event_type == "DELETED":
+                self.unfinished.pop(name, None)
+            else:
+                self.unfinished[name] = unfinished(job)
+            self.changes.append((int(job.metadata.resource_version), "job", name, uid,
+                                 event_type != "DELETED" and unfinished(job)))
+
+    def _secret(self, event_type: str, secret: Any) -> None:
+        owners = [o.uid for o in secret.metadata.owner_references or [] if o.kind == "Job"]
+        if owners and event_type != "DELETED":
+            tombstone = "token" not in (secret.data or {})
+            with self.lock:
+                self.changes.append((int(secret.metadata.resource_version), "secret", secret.metadata.name, owners[0],
+                                     tombstone))
+
+    def start(self) -> None:
+        for w in self.watches:
+            w.start()
+        for w in self.watches:
+            w.listed.wait(timeout=30)
+
     def check(self) -> None:
-        if self.failure is not None or not self.is_alive():
-            raise AssertionError(f"the pod watch ended: {self.failure!r}")
+        for w in self.watches:
+            w.check()
 
     def stop(self) -> None:
-        self.stopping.set()
-        self.join(timeout=30)
-        assert not self.is_alive(), "the pod watch did not end"
+        for w in self.watches:
+            w.stop()
+
+    def peak(self, names: set[str] | None = None) -> tuple[int, list[str]]:
+        """The most Jobs in flight at once (of NAMES only, if given), and which they were."""
+        with self.lock:
+            changes = sorted(self.changes)
+        jobs: dict[str, tuple[str, bool]] = {}  # name -> (uid, unfinished)
+        tombstoned: set[str] = set()  # Job uids
+        best: tuple[int, list[str]] = (0, [])
+        for _, kind, name, uid, flag in changes:
+            if kind == "secret":
+                if flag:
+                    tombstoned.add(uid)
+                continue
+            jobs[name] = (uid, flag)
+            flying = sorted(n for n, (u, on) in jobs.items() if on and u not in tombstoned
+                            and (names is None or n in names))
+            if len(flying) > best[0]:
+                best = (len(flying), flying)
+        return best
+
+
+class _Recorder(_Watch):
+    KIND = "job or secret"
+
+    def __init__(self, api: kubernetes.client.ApiClient, namespace: str, list_call: Callable[..., Any],
+                 see: Callable[[str, Any], None]) -> None:
+        super().__init__(api, namespace, list_call)
+        self.see = see
+
+    def _see(self, event_type: str, obj: Any) -> None:
+        self.see(event_type, obj)
