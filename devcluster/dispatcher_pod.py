@@ -155,7 +155,7 @@ class Pod:
         self.seen: set[str] = set()  # every container id started, crashed or killed here
         self.current: Any = None  # the pod of the last start()
         self.followers: dict[str, _Follower] = {}  # pod name -> its log's follower
-        self.log: list[str] = []
+        self.log: list[tuple[str, str]] = []  # (pod/container id, line), in the order read
 
     # -- configuration, as a user's overlay and Secret give it
 
@@ -306,16 +306,25 @@ class Pod:
     # -- its log
 
     def text(self) -> str:
-        return "".join(line + "\n" for line in list(self.log))
+        return "".join(line + "\n" for _, line in list(self.log))
 
     def lines(self) -> list[dict[str, Any]]:
-        out = []
-        for line in list(self.log):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                out.append({"message": line, "unparsed": True})
+        return [_parsed(line) for _, line in list(self.log)]
+
+    def lines_by_container(self) -> dict[str, list[dict[str, Any]]]:
+        """Each container's lines ("pod/container id"), for a test that counts what each one said."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for source, line in list(self.log):
+            out.setdefault(source, []).append(_parsed(line))
         return out
+
+
+def _parsed(line: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {"message": line, "unparsed": True}
 
 
 class _Follower(threading.Thread):
@@ -323,7 +332,8 @@ class _Follower(threading.Thread):
     container's followed (`follow`), a restarted one's rest read back (`previous`), each line once
     (a stream cut short, e.g. by an apiserver restart, is read again past the lines taken)."""
 
-    def __init__(self, configuration: Any, namespace: str, pod: str, container: str, sink: list[str]) -> None:
+    def __init__(self, configuration: Any, namespace: str, pod: str, container: str,
+                 sink: list[tuple[str, str]]) -> None:
         super().__init__(daemon=True, name=f"log {namespace}/{pod}")
         self.configuration, self.namespace, self.pod, self.container = configuration, namespace, pod, container
         self.sink = sink
@@ -391,12 +401,12 @@ class _Follower(threading.Thread):
                 for line in complete:
                     seen += 1
                     if seen > skip:
-                        self.sink.append(line.decode(errors="replace"))
+                        self.sink.append((f"{self.pod}/{container_id}", line.decode(errors="replace")))
                         self.taken[container_id] = seen
             if rest:
                 seen += 1
                 if seen > skip:
-                    self.sink.append(rest.decode(errors="replace"))
+                    self.sink.append((f"{self.pod}/{container_id}", rest.decode(errors="replace")))
                     self.taken[container_id] = seen
             return True
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError):

@@ -204,7 +204,10 @@ class PodWatch(_Watch):
         job = (pod.metadata.labels or {}).get("batch.kubernetes.io/job-name")
         owners = [o.uid for o in pod.metadata.owner_references or [] if o.kind == "Job"]
         if job and pod.status.phase == "Failed":
-            self.failed[pod.metadata.name] = f"{job}: {pod.status.reason}: {pod.status.message}"
+            ended = [f"{c.name} {c.state.terminated.reason} {c.state.terminated.exit_code}"
+                     for c in pod.status.container_statuses or [] if c.state and c.state.terminated]
+            self.failed[pod.metadata.name] = (f"{job}: {pod.status.reason}: {pod.status.message}: {ended}; "
+                                              f"deleted at {pod.metadata.deletion_timestamp}")
         for status in pod.status.container_statuses or []:
             if status.name != "driver" or status.state is None:
                 continue
@@ -272,6 +275,11 @@ class Dispatches:
     def stop(self) -> None:
         for w in self.watches:
             w.stop()
+
+    def of(self, names: set[str]) -> list[tuple[int, str, str, str, bool]]:
+        """The changes recorded for NAMES, in resourceVersion order."""
+        with self.lock:
+            return sorted(c for c in self.changes if c[2] in names)
 
     def peak(self, names: set[str] | None = None) -> tuple[int, list[str]]:
         """The most Jobs in flight at once (of NAMES only, if given), and which they were."""

@@ -554,20 +554,27 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                 failed_jobs = {line.split(":", 1)[0] for line in pods.failed.values()}
                 return all(name in pods.started or name in failed_jobs for name in extra)
 
+            def extra_story() -> str:
+                named = [line for line in d.lines() if line.get("job") in extra
+                         and line["message"] != "already dispatched"]
+                return (f"the extra runs (state, reports, their Jobs' uids, the Job unfinished): {about(extra)}; "
+                        f"failed pods: {pods.failed}; waiting: {dict(pods.waiting)}; "
+                        f"the dispatcher's lines naming them: {named}; "
+                        f"their Jobs' and Secrets' changes: {dispatches.of(extra)}")
+
             try:
                 cluster.wait(extra_dispatched, timeout=60, what="the extra runs' drivers running")
             except AssertionError as e:
-                named = [line for line in d.lines() if line.get("job") in extra
-                         and line["message"] != "already dispatched"]
-                raise AssertionError(f"{e}; the extra runs (state, reports, their Jobs' uids, the Job unfinished): "
-                                     f"{about(extra)}; failed pods: {pods.failed}; waiting: {dict(pods.waiting)}; "
-                                     f"the dispatcher's lines naming them: {named}") from e
+                raise AssertionError(f"{e}; {extra_story()}") from e
             if pods.failed:
                 print(f"driver pods failed on the node: {pods.failed}")
-            assert dispatches.peak(extra)[0] == max_inflight, dispatches.peak(extra)
+            assert dispatches.peak(extra)[0] == max_inflight, f"{dispatches.peak(extra)}; {extra_story()}"
             assert d.terminate() == 0
-            # Every container's log was read, the one the kubelet restarted included.
-            assert started() == 52 and len(d.seen) == 52
+            # Every container's log was read, the one the kubelet restarted included, and each said
+            # "started" once.
+            said = {source: sum(line["message"] == "started" for line in lines)
+                    for source, lines in d.lines_by_container().items()}
+            assert len(d.seen) == 52 and started() == 52, said
         finally:
             dispatches.stop()
             pods.stop()
