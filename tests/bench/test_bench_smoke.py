@@ -5,9 +5,9 @@ nothing and are not checked; the full runs are `make bench`.
 A bench file with no entry here fails `test_every_bench_has_a_smoke_run`, so a
 new bench cannot be left out.
 
-A bench that runs the local cluster with its real node (controller, admission) first waits for the one
-node slot of the host, as the node suites do (DISPATCH_NODE_WAIT_SECONDS, devcluster/local.py): its time
-allowed is that wait plus its own.
+A bench that runs the local cluster with its real node (controller, admission, dispatcher) first waits
+for the one node slot of the host, as the node suites do (DISPATCH_NODE_WAIT_SECONDS,
+devcluster/local.py): its time allowed is that wait plus its own.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ SMOKE = {
     "wrap": (["bash"], [], 120),
     "controller": ([sys.executable], [pytest.mark.cluster, pytest.mark.timeout(NODE + 660)], NODE + 600),
     "admission": ([sys.executable], [pytest.mark.cluster, pytest.mark.timeout(NODE + 660)], NODE + 600),
-    "dispatcher": ([sys.executable], [pytest.mark.cluster], 600),
+    "dispatcher": ([sys.executable], [pytest.mark.cluster, pytest.mark.timeout(NODE + 660)], NODE + 600),
     "sidecar": ([sys.executable], [pytest.mark.cluster, pytest.mark.images], 900),
 }
 TABLE_SEPARATOR = re.compile(r"^\|( *:?-{3,}:? *\|)+$")
