@@ -123,6 +123,16 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def _pending(pid: int, sig: signal.Signals) -> bool:
+    """SIG is pending for PID (sent and not yet delivered: the process is stopped), or PID is gone."""
+    try:
+        status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    masks = [int(line.split()[1], 16) for line in status.splitlines() if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(mask >> (sig - 1) & 1 for mask in masks)
+
+
 def _exit_code(pod: Any, container: str, known: int | None) -> int | None:
     """The exit code of POD's CONTAINER if its status says it terminated, else KNOWN."""
     status = _status(pod, container)
@@ -230,9 +240,10 @@ class Pod:
         pod, container_id = _wait("the container restarted by the kubelet", self._new_container, timeout)
         self._started(pod, container_id)
 
-    def kill(self, *, timeout: float = POD_TIMEOUT) -> None:
+    def kill(self, *, timeout: float = POD_TIMEOUT, restart_matters: bool = True) -> None:
         """SIGKILL the container's processes, frozen first while the pod is made to terminate (the
-        Deployment scaled to zero), so that nothing runs after the freeze and nothing restarts."""
+        Deployment scaled to zero), so that nothing runs after the freeze and nothing restarts.
+        RESTART_MATTERS=False (the end of a test): no wait for the kubelet to take up the termination."""
         found = self.running()
         if found is None:
             raise PodError("kill: no container running")
@@ -251,6 +262,13 @@ class Pod:
                 raise
 
         _wait("its pod terminating", terminating, timeout)
+        # The deletion in the API is not yet the kubelet's: a container that dies before the kubelet
+        # has taken up the pod's termination is restarted in it (restartPolicy Always), and that
+        # restarted container, not frozen, would run beside the next pod. The kubelet's stop signal,
+        # held pending by the freeze, says it has.
+        if restart_matters:
+            _wait("the kubelet's SIGTERM pending in it", lambda: any(_pending(pid, signal.SIGTERM) for pid in pids),
+                  timeout)
         self._signal(pids, signal.SIGKILL)
         _wait("its processes dead", lambda: not any(_alive(pid) for pid in pids), timeout)
 
@@ -296,7 +314,7 @@ class Pod:
         """Kill it if it runs, leave the Deployment at zero; end the log followers."""
         try:
             if self.running() is not None:
-                self.kill()
+                self.kill(restart_matters=False)
             else:
                 self.apps.patch_namespaced_deployment_scale(self.deployment, self.namespace, {"spec": {"replicas": 0}})
         finally:
