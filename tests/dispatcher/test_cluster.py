@@ -549,10 +549,7 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
             def extra_dispatched() -> bool:
                 dispatches.check()
                 pods.check()
-                # Each extra run's driver started, or its pod failed on the node (the dispatcher then
-                # reports a death: that run ends and its slot is free again; the peak below still holds).
-                failed_jobs = {line.split(":", 1)[0] for line in pods.failed.values()}
-                return all(name in pods.started or name in failed_jobs for name in extra)
+                return all(name in pods.started for name in extra)
 
             def extra_story() -> str:
                 named = [line for line in d.lines() if line.get("job") in extra
@@ -566,8 +563,6 @@ def test_sigkill_at_random_points_50_times_loses_nothing_dispatches_nothing_twic
                 cluster.wait(extra_dispatched, timeout=60, what="the extra runs' drivers running")
             except AssertionError as e:
                 raise AssertionError(f"{e}; {extra_story()}") from e
-            if pods.failed:
-                print(f"driver pods failed on the node: {pods.failed}")
             assert dispatches.peak(extra)[0] == max_inflight, f"{dispatches.peak(extra)}; {extra_story()}"
             assert d.terminate() == 0
             # Every container's log was read, the one the kubelet restarted included, and each said
