@@ -20,6 +20,7 @@ import kubernetes.stream
 import kubernetes.watch
 
 from devcluster import dispatcher_pod, node, runqueue
+from dispatcher import names
 from tests import waiting
 
 SANDBOX_IMAGE = "localhost/dispatch-base/busybox:1.35-static"
@@ -124,7 +125,7 @@ def terminated(pod: Any) -> Any:
 
 def job_token(api: kubernetes.client.ApiClient, namespace: str, job_name: str) -> str:
     secret = kubernetes.client.CoreV1Api(api).read_namespaced_secret(job_name, namespace)
-    return base64.b64decode((secret.data or {})["token"]).decode()  # KeyError for a tombstone
+    return base64.b64decode((secret.data or {})[names.TOKEN_KEY]).decode()  # KeyError for a tombstone
 
 
 def control_plane_client(api: kubernetes.client.ApiClient) -> kubernetes.client.ApiClient:
@@ -238,10 +239,11 @@ class Dispatches:
         self.uids: dict[str, set[str]] = collections.defaultdict(set)
         self.unfinished: dict[str, bool] = {}
         jobs_client, secrets_client = control_plane_client(api), control_plane_client(api)
-        self.watches = [_Recorder(jobs_client, namespace, kubernetes.client.BatchV1Api(jobs_client).list_namespaced_job,
-                                  self._job),
-                        _Recorder(secrets_client, namespace,
-                                  kubernetes.client.CoreV1Api(secrets_client).list_namespaced_secret, self._secret)]
+        self.watches = [
+            _Recorder("job", jobs_client, namespace, kubernetes.client.BatchV1Api(jobs_client).list_namespaced_job,
+                      self._job),
+            _Recorder("secret", secrets_client, namespace,
+                      kubernetes.client.CoreV1Api(secrets_client).list_namespaced_secret, self._secret)]
 
     def _job(self, event_type: str, job: Any) -> None:
         name, uid = job.metadata.name, job.metadata.uid
@@ -257,7 +259,7 @@ class Dispatches:
     def _secret(self, event_type: str, secret: Any) -> None:
         owners = [o.uid for o in secret.metadata.owner_references or [] if o.kind == "Job"]
         if owners and event_type != "DELETED":
-            tombstone = "token" not in (secret.data or {})
+            tombstone = names.TOKEN_KEY not in (secret.data or {})
             with self.lock:
                 self.changes.append((int(secret.metadata.resource_version), "secret", secret.metadata.name, owners[0],
                                      tombstone))
@@ -302,12 +304,12 @@ class Dispatches:
 
 
 class _Recorder(_Watch):
-    KIND = "job or secret"
+    """A watch that hands each change to SEE."""
 
-    def __init__(self, api: kubernetes.client.ApiClient, namespace: str, list_call: Callable[..., Any],
+    def __init__(self, kind: str, api: kubernetes.client.ApiClient, namespace: str, list_call: Callable[..., Any],
                  see: Callable[[str, Any], None]) -> None:
         super().__init__(api, namespace, list_call)
-        self.see = see
+        self.KIND, self.see = kind, see
 
     def _see(self, event_type: str, obj: Any) -> None:
         self.see(event_type, obj)
