@@ -34,6 +34,15 @@ WORKER = kit.REPO / "tests" / "checkpoint" / "fixtures" / "dcp_worker.py"
 DOC = kit.REPO / "docs" / "checkpoint.md"
 
 
+@pytest.fixture(autouse=True)
+def _torchrun_temp_under_the_test(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun makes a directory per run under TMPDIR (torchelastic_*) and leaves it: under the
+    test's own temporary directory, not the host's /tmp."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+
+
 def torchrun(python: str, env: dict[str, str], *args: str, epoch: int | None = None,
              attempt: str = "") -> subprocess.Popen[str]:
     full = {**objectstores.clean_env(), **env, "PYTHONPATH": str(kit.REPO / "fence"), "OMP_NUM_THREADS": "1"}
