@@ -73,6 +73,7 @@ with a deactivation). The examples after it draw the rules at random.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import pathlib
@@ -202,8 +203,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
                 if fault.startswith("our controller"):
                     self.stack.ours.kill_leader()
                 else:
-                    self.stack.plane.stop_apiserver()
-                    self.stack.plane.start_apiserver()
+                    self._restart_apiserver()
         self._admitted(since=time.monotonic())
 
     @hypothesis.stateful.precondition(lambda self: not self.running and not self.unsuspended_by_hand)
@@ -382,8 +382,14 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
         if which == "our controller killed":
             self.stack.ours.kill_leader()
         else:
-            self.stack.plane.stop_apiserver()
-            self.stack.plane.start_apiserver()
+            self._restart_apiserver()
+
+    def _restart_apiserver(self) -> None:
+        """Stop and start kube-apiserver; return once our controller leads again (checks.led_again):
+        every bound after it is our controller's own."""
+        self.stack.plane.stop_apiserver()
+        self.stack.plane.start_apiserver()
+        checks.led_again(self.stack, after=datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0))
 
     # -- after every step -------------------------------------------------------------------------
 
