@@ -25,11 +25,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def rss_kib(pid: int) -> int:
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+def rss_kib(pids: int | Sequence[int]) -> int:
+    """The RSS of a process, or of several summed (a pod's container); one gone counts 0."""
+    total = 0
+    for pid in [pids] if isinstance(pids, int) else pids:
+        try:
+            status = pathlib.Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total
 
 
 def _total(pids: int | Sequence[int]) -> float:

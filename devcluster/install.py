@@ -27,6 +27,7 @@ Invariant: what is applied is the bundle's file itself, never a re-rendering of 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import pathlib
 import subprocess
@@ -177,26 +178,37 @@ def _apply(running: Any, data: bytes, what: str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def wait_leading(running: Any, *, timeout: float = READY_TIMEOUT_SECONDS) -> str:
-    """The name of the controller pod that holds the Lease, once it is Ready; fails after TIMEOUT."""
+def wait_leading(running: Any, *, timeout: float = READY_TIMEOUT_SECONDS,
+                 renewed_after: datetime.datetime | None = None) -> str:
+    """The name of the controller pod that holds the Lease, once it is Ready (and, with
+    RENEWED_AFTER, has renewed the Lease since then: a leader that could not renew while the
+    apiserver was away exits, and the kubelet restarts it after its container's back-off); fails
+    after TIMEOUT."""
     deadline = time.monotonic() + timeout
     last = "no Lease yet"
     with running.plane.api_client() as api:
         core = kubernetes.client.CoreV1Api(api)
         coord = kubernetes.client.CoordinationV1Api(api)
         while time.monotonic() < deadline:
+            renewed = None
             try:
-                holder = coord.read_namespaced_lease(LEASE, NAMESPACE).spec.holder_identity or ""
+                lease = coord.read_namespaced_lease(LEASE, NAMESPACE).spec
+                holder, renewed = lease.holder_identity or "", lease.renew_time
             except kubernetes.client.ApiException as e:
                 holder, last = "", f"Lease: {e.status}"
             pods = {p.metadata.name: p for p in core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR).items}
             pod = next((p for name, p in pods.items() if holder and holder.startswith(name)), None)
-            if pod is not None and any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
+            fresh = renewed_after is None or (renewed is not None and renewed >= renewed_after)
+            if pod is not None and fresh and any(c.type == "Ready" and c.status == "True"
+                                                 for c in pod.status.conditions or []):
                 return pod.metadata.name
+            restarts = ", ".join(f"{n}: {p.status.phase}, restarts "
+                                 f"{sum(c.restart_count for c in p.status.container_statuses or [])}"
+                                 for n, p in sorted(pods.items()))
             if holder:
-                last = f"Lease held by {holder!r}; pods {sorted(pods)}"
+                last = f"Lease held by {holder!r}, renewed {renewed}; pods {restarts}"
             elif pods:
-                last = "pods " + ", ".join(f"{n}: {p.status.phase}" for n, p in sorted(pods.items()))
+                last = f"pods {restarts}"
             time.sleep(1.0)
     raise InstallError(f"no Ready controller pod leads within {timeout:.0f}s ({last})")
 

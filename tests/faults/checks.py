@@ -21,14 +21,13 @@ removed once the fault ends, and what the controller does next is the outcome me
 from __future__ import annotations
 
 import contextlib
-import datetime
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import kubernetes.client
 
-from devcluster import install, scenario as flow, stack as stack_mod
+from devcluster import scenario as flow, stack as stack_mod
 from devcluster.scenario import Scenario
 from toolkit import adapter, names, raising
 
@@ -37,7 +36,7 @@ from toolkit import adapter, names, raising
 # restart (the informers' backoff is at most 10 s).
 ADMISSION_BOUND_SECONDS = 30.0
 # How long our controller may take to lead again after an apiserver restart: the kubelet's
-# back-off for a container restarted more than once (at most 300 s) and a takeover (`led_again`).
+# back-off for a container restarted more than once (at most 300 s) and a takeover.
 LEADER_BACK_SECONDS = 330.0
 # How long a line our controller printed may take to reach the suite through the kubelet.
 LOG_DELAY_SECONDS = 5.0
@@ -165,39 +164,6 @@ def raised_not_approved(sc: Scenario, check: str, *, above: int) -> dict[str, An
             return wl
         return None
     return dict(sc.wait("our raise to land while the approval is held", seen))
-
-
-def led_again(stack: stack_mod.Stack, *, after: datetime.datetime,
-              timeout: float = LEADER_BACK_SECONDS) -> str:
-    """Wait until one of our controller's pods, Ready, has renewed the Lease after AFTER (the end of
-    an apiserver restart); return its name. A leader that could not renew its Lease while the
-    apiserver was away exits, and the kubelet restarts it only after its container's back-off, which
-    grows with each exit (10 s, 20 s, 40 s...): the replicas of a controller whose apiserver keeps
-    restarting can both be waiting on it. The admission bound is our controller's, counted from the
-    moment it leads again."""
-    deadline = time.monotonic() + timeout
-    last = "no Lease read yet"
-    with stack.plane.api_client() as api:
-        core, coord = kubernetes.client.CoreV1Api(api), kubernetes.client.CoordinationV1Api(api)
-        while time.monotonic() < deadline:
-            try:
-                lease = coord.read_namespaced_lease(install.LEASE, install.NAMESPACE).spec
-                pods = core.list_namespaced_pod(install.NAMESPACE, label_selector=install.SELECTOR).items
-            except kubernetes.client.ApiException as e:
-                last = f"HTTP {e.status}"
-            else:
-                holder, renewed = lease.holder_identity or "", lease.renew_time
-                leader = next((p for p in pods if holder.startswith(p.metadata.name)), None)
-                ready = leader is not None and any(c.type == "Ready" and c.status == "True"
-                                                   for c in leader.status.conditions or [])
-                if ready and renewed is not None and renewed >= after:
-                    return str(leader.metadata.name)
-                last = f"Lease held by {holder!r}, renewed {renewed}; pods " + ", ".join(
-                    f"{p.metadata.name} ({p.status.phase}, restarts "
-                    f"{sum(c.restart_count for c in p.status.container_statuses or [])})" for p in pods)
-            time.sleep(0.5)
-    raise AssertionError(f"no controller pod of ours led again within {timeout:.0f}s of the apiserver's restart "
-                         f"({last})")
 
 
 def admitted(sc: Scenario, check: str, *, since: float, bound: float = ADMISSION_BOUND_SECONDS) -> int:

@@ -92,7 +92,7 @@ import hypothesis.strategies as st
 import kubernetes.client
 
 from controller import admission
-from devcluster import harness, scenario as flow, stack as stack_mod
+from devcluster import harness, install, scenario as flow, stack as stack_mod
 from devcluster.scenario import Execution, Scenario
 from tests.faults import checks
 from toolkit import adapter, names, raising
@@ -385,11 +385,15 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
             self._restart_apiserver()
 
     def _restart_apiserver(self) -> None:
-        """Stop and start kube-apiserver; return once our controller leads again (checks.led_again):
-        every bound after it is our controller's own."""
+        """Stop and start kube-apiserver; return once one of our controller's pods, Ready, has
+        renewed the Lease since: a leader that could not renew while the apiserver was away exits,
+        and the kubelet restarts it after its container's back-off, which grows with each exit (10 s,
+        20 s, 40 s...), so over a search's restarts both replicas can be waiting on it. Every bound
+        after it is our controller's own."""
         self.stack.plane.stop_apiserver()
         self.stack.plane.start_apiserver()
-        checks.led_again(self.stack, after=datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0))
+        install.wait_leading(self.stack, timeout=checks.LEADER_BACK_SECONDS,
+                             renewed_after=datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0))
 
     # -- after every step -------------------------------------------------------------------------
 
