@@ -46,7 +46,10 @@ says where to look.
 Every trainer pod seen (live or ended) is also recorded in the TrainJob's
 execution history (`toolkit.history`, through `adapter.record_execution`),
 and a pod of an execution not yet recorded whose R is not above the
-history's high-water mark is flagged (`r-repeat`): its epoch repeats.
+history's high-water mark is flagged (`r-repeat`): its epoch repeats. So is
+a pod, live or ended, whose execution repeats another by the apiserver's
+times alone (`_repeat_by_time`): it started after an execution whose R is not
+below its own, or its pods were created on both sides of a raise.
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ def _judge_with(pod: Obj, trainjob: Obj, *, admitted: bool | None) -> list[detec
         if uid_rule is not None:
             found.append(uid_rule)
     if not marks.is_live(pod):
-        late = _created_below_floor(pod, trainjob)
+        late = _created_below_floor(pod, trainjob) or _repeat_by_time(pod, trainjob, recorded)
         return [*found, late] if late is not None else found
     # A pod of a replaced JobSet that also runs below the floor shows both: each is its own cause
     # (the sidecar reports both, and a person needs to know of each).
@@ -153,7 +156,8 @@ def _judge_with(pod: Obj, trainjob: Obj, *, admitted: bool | None) -> list[detec
     a = detect.parse_count(annotations.get(names.ADMISSION_ANNOTATION))
     j = detect.parse_count(labels.get(names.RESTART_LABEL))
     if a is not None and j is not None:
-        repeat = history.repeat(recorded, a=a, j=j, jobset_uid=pod_jobset, pod=str(meta.get("name")))
+        repeat = (history.repeat(recorded, a=a, j=j, jobset_uid=pod_jobset, pod=str(meta.get("name")))
+                  or _repeat_by_time(pod, trainjob, recorded))
         if repeat is not None:
             return [repeat]
     return []
@@ -199,6 +203,22 @@ def _created_below_floor(pod: Obj, trainjob: Obj) -> detect.Violation | None:
     if a is None or then is None:
         return None
     return detect.created_below_floor(pod_name=str(meta.get("name")), admission=a, floor=then[0], raised_at=then[1])
+
+
+def _repeat_by_time(pod: Obj, trainjob: Obj, recorded: history.History) -> detect.Violation | None:
+    """A pod, live or ended, whose execution repeats another by the apiserver's times, which never
+    change: its pods straddle a raise (`history.repeat_across_raise`), or it started after an
+    execution whose R is not below its own (`history.repeat_by_creation`)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    a = detect.parse_count((meta.get("annotations") or {}).get(names.ADMISSION_ANNOTATION))
+    j = detect.parse_count(labels.get(names.RESTART_LABEL))
+    created = meta.get("creationTimestamp")
+    if a is None or j is None or not isinstance(created, str) or not detect.is_timestamp(created):
+        return None
+    key = {"a": a, "j": j, "jobset_uid": labels.get(names.JOBSET_UID_LABEL), "created": created}
+    return (history.repeat_across_raise(recorded, **key, raises=raising.raises(trainjob))
+            or history.repeat_by_creation(recorded, **key))
 
 
 def pod_violation(pod: Obj, trainjob: Obj) -> detect.Violation | None:

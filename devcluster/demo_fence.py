@@ -40,7 +40,6 @@ from controller import admission
 from devcluster import demo_output as out
 from devcluster import harness, node, objectstores, scenario
 from devcluster import stack as stack_mod
-from dispatch_fence import checkpoint
 
 IMAGE = "localhost/dispatch/sample-trainer:python-s3"
 SECRET = "checkpoint-store"  # the store's address and credentials, for the trainer's environment

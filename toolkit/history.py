@@ -25,6 +25,10 @@ What it holds:
 - the adoptions (`toolkit adopt`): when, the person's reason, the causes the
   flag held, the mark and the minimum A it set; the last `MAX_ADOPTIONS`,
   each bounded.
+- `raised`: the highest A any raise wrote, written by the raise in its own
+  update. It only increases, and the next raise goes above it, so a person
+  who deletes the floor annotation and lowers our patch before the
+  controller has recorded the executions that ran cannot lower A;
 - `floors`: when each earlier raise set the floor, as (floor, time) with the
   apiserver's time of that raise (`toolkit.raising` moves the last raise's
   stamp here at the next raise); the last `MAX_FLOORS`.
@@ -95,6 +99,7 @@ class Execution:
     last_seen: str
     ended: str | None  # None while running; "succeeded", "stopped" or "failed"
     verdict: str  # "ok" or "foreign: <rule>"
+    created: str | None = None  # the earliest creationTimestamp of its pods seen (the apiserver's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +121,7 @@ class History:
     adoptions: tuple[Adoption, ...] = ()
     adoptions_dropped: int = 0
     floors: tuple[tuple[int, str], ...] = ()  # (floor, the apiserver's time of the raise that set it)
+    raised: int = 0  # the highest A a raise wrote
     unreadable: bool = False  # the annotation was there but not ours to read
     newer_format: int = 0  # when unreadable because a newer dispatch wrote it: its format version
 
@@ -131,6 +137,7 @@ class Observation:
     time: str
     ended: str | None
     verdict: str
+    created: str | None = None  # the pod's creationTimestamp
 
 
 # -- reading and writing the annotation -----------------------------------
@@ -173,7 +180,8 @@ def parse(value: str | None) -> History:
             Execution(a=_int(e["a"]), j=_int(e["j"]), jobset_uid=_opt_str(e.get("jobsetUid")), r=_int(e["r"]), epoch=_opt_str(e.get("epoch")),
                       attempt=_opt_str(e.get("attempt")), first_pod=str(e["firstPod"]),
                       first_seen=str(e["firstSeen"]), last_seen=str(e["lastSeen"]),
-                      ended=_opt_str(e.get("ended")), verdict=str(e["verdict"]))
+                      ended=_opt_str(e.get("ended")), verdict=str(e["verdict"]),
+                      created=None if e.get("created") is None else _time(e["created"]))
             for e in doc.get("executions") or []
         )
         adoptions = tuple(
@@ -189,6 +197,7 @@ def parse(value: str | None) -> History:
             adoptions=adoptions,
             adoptions_dropped=_int(doc.get("adoptionsDropped", 0)),
             floors=tuple((_int(f[0]), _time(f[1])) for f in doc.get("floors") or []),
+            raised=_int(doc.get("raised", 0)),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return History(unreadable=True)
@@ -213,9 +222,10 @@ def unreadable_violation(history: History) -> detect.Violation | None:
 
 
 def highest_admission(history: History) -> int:
-    """The highest A the history knows was used or raised (its floors and its executions'): the
-    raise goes above it, so deleting the floor annotation and lowering the patch cannot lower A."""
-    return max((*(floor for floor, _ in history.floors), *(e.a for e in history.executions)), default=0)
+    """The highest A the history knows was used or raised (its raised mark, its floors and its
+    executions'): the raise goes above it, so deleting the floor annotation and lowering the patch
+    cannot lower A."""
+    return max((history.raised, *(floor for floor, _ in history.floors), *(e.a for e in history.executions)))
 
 
 def render(history: History) -> str:
@@ -225,7 +235,8 @@ def render(history: History) -> str:
         "dropped": history.dropped,
         "executions": [
             {"a": e.a, "j": e.j, "jobsetUid": e.jobset_uid, "r": e.r, "epoch": e.epoch, "attempt": e.attempt, "firstPod": e.first_pod,
-             "firstSeen": e.first_seen, "lastSeen": e.last_seen, "ended": e.ended, "verdict": e.verdict}
+             "firstSeen": e.first_seen, "lastSeen": e.last_seen, "ended": e.ended, "verdict": e.verdict,
+             "created": e.created}
             for e in history.executions
         ],
         "adoptionsDropped": history.adoptions_dropped,
@@ -235,6 +246,7 @@ def render(history: History) -> str:
             for d in history.adoptions
         ],
         "floors": [[floor, time] for floor, time in history.floors],
+        "raised": history.raised,
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
@@ -287,8 +299,10 @@ def from_pod(pod: Obj, trainjob: Obj, *, now: str, verdict: str) -> Observation 
         ended = "stopped"
     epoch, attempt = identity_of(trainjob, admission=a, restart=j)
     uid = (meta.get("labels") or {}).get(names.JOBSET_UID_LABEL)
+    created = meta.get("creationTimestamp")
     return Observation(a=a, j=j, jobset_uid=uid, epoch=epoch, attempt=attempt, pod=str(meta.get("name")), time=now,
-                       ended=ended, verdict=verdict)
+                       ended=ended, verdict=verdict,
+                       created=created if isinstance(created, str) and detect.is_timestamp(created) else None)
 
 
 # -- the rules ------------------------------------------------------------
@@ -303,9 +317,10 @@ def observe(history: History, obs: Observation) -> History | None:
             continue
         ended = obs.ended if _ENDED_RANK.get(obs.ended, 0) > _ENDED_RANK.get(e.ended, 0) else e.ended
         verdict = e.verdict if e.verdict != "ok" else obs.verdict
-        if (ended, verdict) == (e.ended, e.verdict):
+        created = min(filter(None, (e.created, obs.created)), default=None)
+        if (ended, verdict, created) == (e.ended, e.verdict, e.created):
             return None
-        changed = dataclasses.replace(e, ended=ended, verdict=verdict, last_seen=obs.time)
+        changed = dataclasses.replace(e, ended=ended, verdict=verdict, created=created, last_seen=obs.time)
         return dataclasses.replace(
             history, executions=history.executions[:i] + (changed,) + history.executions[i + 1:]
         )
@@ -313,7 +328,7 @@ def observe(history: History, obs: Observation) -> History | None:
     if full and history.executions and r < history.executions[0].r:
         return None  # a late pod of an execution already dropped
     new = Execution(a=obs.a, j=obs.j, jobset_uid=obs.jobset_uid, r=r, epoch=obs.epoch, attempt=obs.attempt, first_pod=obs.pod,
-                    first_seen=obs.time, last_seen=obs.time, ended=obs.ended, verdict=obs.verdict)
+                    first_seen=obs.time, last_seen=obs.time, ended=obs.ended, verdict=obs.verdict, created=obs.created)
     executions = sorted((*history.executions, new), key=lambda e: (e.r, e.a))
     dropped = max(0, len(executions) - MAX_EXECUTIONS)
     return dataclasses.replace(
@@ -338,6 +353,58 @@ def repeat(history: History, *, a: int, j: int, jobset_uid: str | None, pod: str
         "r-repeat",
         f"pod {pod} runs A={a} J={j}, R {r}, not above the highest R {history.high_water} of an earlier "
         "execution: its epoch repeats or goes back",
+    )
+
+
+def _start(history: History, *, a: int, j: int, jobset_uid: str | None, created: str | None) -> str | None:
+    """The earliest creation time known of the execution (A, J, JobSet): its record's and this pod's."""
+    own = [e.created for e in history.executions if (e.a, e.j, e.jobset_uid) == (a, j, jobset_uid)]
+    return min(filter(None, (created, *own)), default=None)
+
+
+def repeat_across_raise(history: History, *, a: int, j: int, jobset_uid: str | None, created: str | None,
+                        raises: list[tuple[int, str]]) -> detect.Violation | None:
+    """A pod of a recorded execution created on the other side of a raise from that execution's
+    earliest pod: a raise lies strictly between the two creation times (the apiserver's, to the
+    second). A pod created after a raise carries an A at least that raise's, and every pod of an
+    execution before it an A below it, so one execution's pods never straddle a raise: this pod
+    runs an earlier execution's A, J and JobSet again (resumed without a raise, or our patch
+    lowered back to an A the history had not recorded when the raise was computed)."""
+    start = _start(history, a=a, j=j, jobset_uid=jobset_uid, created=None)
+    if created is None or start is None:
+        return None
+    earlier, later = sorted((start, created))
+    between = sorted(time for _, time in raises if earlier < time < later)
+    if not between:
+        return None
+    return detect.Violation(
+        "r-repeat",
+        f"the execution A={a} J={j}, R {a + j}, has pods created before and after the raise at {between[0]}: "
+        "its epoch repeats an execution from before that raise",
+    )
+
+
+def repeat_by_creation(history: History, *, a: int, j: int, jobset_uid: str | None,
+                       created: str | None) -> detect.Violation | None:
+    """An execution started (its earliest pod created, by the apiserver's clock, to the second) after
+    a recorded execution whose R is not below its own. Legitimate executions start in the order of
+    their R, so this holds for a pod judged at any time, running or ended: an ended pod of an
+    execution the controller never saw is judged as surely as a running one, which the high-water
+    rule (`repeat`) cannot do (an old execution's pods may be seen after newer ones)."""
+    start = _start(history, a=a, j=j, jobset_uid=jobset_uid, created=created)
+    if start is None:
+        return None
+    r = a + j
+    before = [e for e in history.executions
+              if (e.a, e.j, e.jobset_uid) != (a, j, jobset_uid) and e.created is not None and e.created < start
+              and e.r >= r]
+    if not before:
+        return None
+    e = max(before, key=lambda e: (e.r, e.created or ""))
+    return detect.Violation(
+        "r-repeat",
+        f"the execution A={a} J={j}, R {r}, started at {start}, after the execution A={e.a} J={e.j}, R {e.r}, "
+        f"started at {e.created}: its epoch repeats or goes back",
     )
 
 

@@ -7,7 +7,9 @@ preconditioned on the resourceVersion read writes both or neither.
 
 Invariants this module keeps:
 - A never falls. The new value is computed from the largest of the patch,
-  the floor and every A the history holds (its floors and its executions),
+  the floor and every A the history holds (the highest A a raise wrote,
+  which every raise records there in the same update, its floors and its
+  executions),
   so a patch rewritten lower, made unreadable or deleted, even with the
   floor annotation deleted too, cannot lower the next raise.
 - Only a suspended TrainJob is raised. A pod reads A once when it starts, and
@@ -148,13 +150,17 @@ def unsuspended_by(trainjob: Obj) -> tuple[str, str] | None:
     return max(owners, key=lambda owner: owner[1])
 
 
+def raises(trainjob: Obj) -> list[tuple[int, str]]:
+    """Every raise known, as (the floor it set, the apiserver's time of it): the history's and the last."""
+    return [*history.of(trainjob).floors, *filter(None, [last_raise(trainjob)])]
+
+
 def floor_when_created(trainjob: Obj, created: str | None) -> tuple[int, str] | None:
     """The highest floor a raise set strictly before the second `created` (an apiserver
     timestamp), with the time of that raise; None when no raise is known to be earlier."""
     if not created or not detect.is_timestamp(created):
         return None
-    stamps = [*history.of(trainjob).floors, *filter(None, [last_raise(trainjob)])]
-    earlier = [(floor, time) for floor, time in stamps if time < created]
+    earlier = [(floor, time) for floor, time in raises(trainjob) if time < created]
     return max(earlier, default=None)
 
 
@@ -250,10 +256,13 @@ def raised(
     meta["annotations"] = annotations
     annotations[names.FLOOR_ANNOTATION] = str(new)
     annotations.pop(history.MINIMUM_ANNOTATION, None)
-    previous = last_raise(trainjob)
-    if previous is not None and not history.of(trainjob).unreadable:  # an unreadable one is kept as found
-        kept = history.with_floor(history.of(trainjob), floor=previous[0], time=previous[1])
-        annotations[history.HISTORY_ANNOTATION] = history.render(kept)
+    recorded = history.of(trainjob)
+    if not recorded.unreadable:  # an unreadable one is kept as found
+        previous = last_raise(trainjob)
+        if previous is not None:
+            recorded = history.with_floor(recorded, floor=previous[0], time=previous[1])
+        recorded = dataclasses.replace(recorded, raised=max(recorded.raised, new))
+        annotations[history.HISTORY_ANNOTATION] = history.render(recorded)
     # A raise that is not for a Workload admission (open, release) leaves no marker behind that a
     # later pass of the admission check could take for its own raise.
     annotations.pop(names.RAISED_FOR_ANNOTATION, None)

@@ -20,7 +20,7 @@ from typing import Any
 
 from devcluster import objects
 from tests import waiting
-from toolkit import kube, names, paths, render, wrap
+from toolkit import kube, names, paths, wrap
 
 Obj = objects.Obj
 CHECK_CONTROLLER = objects.CHECK_CONTROLLER

@@ -4,6 +4,7 @@ that never falls, the repeat rule, and what an adoption records and requires."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import hypothesis
@@ -18,7 +19,8 @@ T0 = "2026-12-04T10:00:00Z"
 def _seen(h: history.History, a: int, j: int, **kw) -> history.History:
     obs = history.Observation(a=a, j=j, jobset_uid=kw.pop("uid", "u1"), epoch=kw.pop("epoch", None), attempt=kw.pop("attempt", None),
                               pod=kw.pop("pod", f"p-{a}-{j}"), time=kw.pop("time", T0),
-                              ended=kw.pop("ended", None), verdict=kw.pop("verdict", "ok"))
+                              ended=kw.pop("ended", None), verdict=kw.pop("verdict", "ok"),
+                              created=kw.pop("created", None))
     assert not kw
     out = history.observe(h, obs)
     return h if out is None else out
@@ -181,8 +183,57 @@ def test_an_observation_of_a_pod_carries_its_identity_and_how_it_ended():
     assert history.from_pod(_pod("2", "1", deleting=True), _trainjob(), now=T0, verdict="ok").ended == "stopped"
     assert history.from_pod(_pod(None, "1"), _trainjob(), now=T0, verdict="ok") is None
     assert history.from_pod(_pod("0", "0"), _trainjob(), now=T0, verdict="ok") is None  # the prologue refuses A = 0
+    assert obs.created == T0  # the pod's creationTimestamp, the apiserver's
 
 
 def test_past_the_r_bound_there_is_no_epoch_and_no_token():
     assert history.identity_of(_trainjob(), admission=999_999, restart=1) == (None, None)
     assert history.identity_of(_trainjob(prefix=""), admission=1, restart=0) == ("1", "job.3.0.1.0")
+
+
+def _at(second: int) -> str:
+    return f"2026-12-04T10:00:{second:02d}Z"
+
+
+def test_a_record_keeps_the_earliest_creation_of_its_pods_and_survives_a_round_trip():
+    h = _seen(history.History(), 1, 0, created=_at(5))
+    assert history.observe(h, history.Observation(a=1, j=0, jobset_uid="u1", epoch=None, attempt=None, pod="b",
+                                                  time=T0, ended=None, verdict="ok", created=_at(9))) is None
+    h = _seen(h, 1, 0, created=_at(3))  # an earlier pod of it, seen later
+    h = dataclasses.replace(h, raised=4)
+    again = history.parse(history.render(h))
+    assert [e.created for e in again.executions] == [_at(3)] and again.raised == 4
+    assert history.highest_admission(again) == 4
+    bad = json.loads(history.render(h))
+    bad["executions"][0]["created"] = "yesterday"
+    assert history.parse(json.dumps(bad)).unreadable
+
+
+def test_an_execution_that_started_after_one_with_an_r_not_below_its_own_repeats():
+    h = _seen(_seen(history.History(), 2, 0, created=_at(10)), 1, 0, created=_at(20))
+    found = history.repeat_by_creation(h, a=1, j=0, jobset_uid="u1", created=_at(21))
+    assert found is not None and found.rule == "r-repeat"
+    assert found.detail.startswith(f"the execution A=1 J=0, R 1, started at {_at(20)}, after the execution A=2 J=0, "
+                                   f"R 2, started at {_at(10)}")
+    # In R's order, in the same second, or a record without a creation time: nothing.
+    ordered = _seen(_seen(history.History(), 1, 0, created=_at(10)), 2, 0, created=_at(20))
+    assert history.repeat_by_creation(ordered, a=2, j=0, jobset_uid="u1", created=_at(20)) is None
+    assert history.repeat_by_creation(ordered, a=1, j=0, jobset_uid="u1", created=_at(10)) is None
+    same = _seen(history.History(), 2, 0, created=_at(10))
+    assert history.repeat_by_creation(same, a=1, j=0, jobset_uid="u1", created=_at(10)) is None
+    unknown = _seen(history.History(), 2, 0)
+    assert history.repeat_by_creation(unknown, a=1, j=0, jobset_uid="u1", created=_at(20)) is None
+
+
+def test_one_executions_pods_on_both_sides_of_a_raise_repeat():
+    h = _seen(history.History(), 3, 0, created=_at(10))
+    found = history.repeat_across_raise(h, a=3, j=0, jobset_uid="u1", created=_at(30), raises=[(3, _at(20))])
+    assert found is not None and found.rule == "r-repeat"
+    assert found.detail.startswith(f"the execution A=3 J=0, R 3, has pods created before and after the raise at {_at(20)}")
+    # Seen in the other order (the later pod recorded first): the same.
+    later = _seen(history.History(), 3, 0, created=_at(30))
+    assert history.repeat_across_raise(later, a=3, j=0, jobset_uid="u1", created=_at(10), raises=[(3, _at(20))])
+    # A raise in the same second as either pod, none between, or another JobSet's record: nothing.
+    for raises in ([(3, _at(10))], [(3, _at(30))], [(3, _at(5)), (4, _at(40))], []):
+        assert history.repeat_across_raise(h, a=3, j=0, jobset_uid="u1", created=_at(30), raises=raises) is None
+    assert history.repeat_across_raise(h, a=3, j=0, jobset_uid="u2", created=_at(30), raises=[(3, _at(20))]) is None

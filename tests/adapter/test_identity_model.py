@@ -659,7 +659,8 @@ def test_the_model_can_fail_without_the_floor(monkeypatch):
     def without_floor() -> None:
         monkeypatch.setattr(raising, "counts", lambda tj: raising.Counts(patch=original(tj).patch, floor=None))
         monkeypatch.setattr(detect, "pod", lambda **kw: None)
-        monkeypatch.setattr(history, "repeat", lambda h, **kw: None)
+        for rule in ("repeat", "repeat_across_raise", "repeat_by_creation"):
+            monkeypatch.setattr(history, rule, lambda h, **kw: None)
 
     assert "repeated without a flag" in _fails(without_floor)
 
@@ -706,8 +707,10 @@ def test_an_execution_below_the_floor_that_ended_unseen_is_flagged_by_the_floor_
 
 
 def test_the_model_can_fail_when_ended_pods_are_not_judged_by_the_floor_at_their_creation(monkeypatch):
-    """Without the rule for ended pods the twin goes unflagged, and the property says so."""
+    """Without the rules for ended pods the twin goes unflagged, and the property says so. (Its
+    pods straddle the raise to 2, so the rule of the times judges it too: both are taken away.)"""
     monkeypatch.setattr(detector, "_created_below_floor", lambda pod, trainjob: None)
+    monkeypatch.setattr(history, "repeat_across_raise", lambda h, **kw: None)
     machine = _unseen_twin_trace()
     with pytest.raises(AssertionError, match="repeated without a flag"):
         machine.teardown()
@@ -863,3 +866,103 @@ def test_the_model_can_fail_when_the_trainjob_comes_from_a_stale_copy_too(monkey
     monkeypatch.setattr(machine.store, "get", stale)
     with pytest.raises(AssertionError, match="Ready with A 1, an A an execution already used"):
         machine._pass(seen=workload)
+
+
+def _lowered_after_an_unseen_execution_trace() -> Identity:
+    """A person rewrites our patch to A = 3 and unsuspends by hand; the execution (A = 3, J = 0) is
+    held before the controller sees it; the person rewrites the patch to 0. The next admission
+    raises from what the TrainJob then holds (to 1, then 3 with a racing raise): the same A, J and
+    JobSet run again, after a raise the first execution's pods were created before."""
+    machine = Identity()
+    machine.patch_rewritten(3)
+    machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    for step in ("unsuspended_by_hand", "preempt_or_hold"):
+        getattr(machine, step)()
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    machine.patch_rewritten(0)
+    machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    for step in ("kueue_reserves_and_we_raise", "racing_raise", "kueue_admits_and_unsuspends"):
+        getattr(machine, step)()
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    return machine
+
+
+def test_an_execution_whose_pods_straddle_a_raise_is_flagged():
+    machine = _lowered_after_an_unseen_execution_trace()
+    first, again = machine.executions
+    assert first["key"] == again["key"] and not first["seen_running"]
+    machine.teardown()
+    foreign = machine.store.obj["metadata"]["annotations"][names.FOREIGN_ANNOTATION]
+    assert "the execution A=3 J=0, R 3, has pods created before and after the raise at " in foreign
+
+
+def test_the_model_can_fail_without_the_rule_of_the_raise_between(monkeypatch):
+    monkeypatch.setattr(history, "repeat_across_raise", lambda h, **kw: None)
+    with pytest.raises(AssertionError, match="repeated without a flag"):
+        _lowered_after_an_unseen_execution_trace().teardown()
+
+
+def _lowered_then_released_trace() -> Identity:
+    """As above, but the patch is rewritten to 2 and the TrainJob released (a raise to 1): the next
+    executions (A = 1, J = 0 and 1) have R at or below the unseen one's 2 under other keys, and end
+    before the controller sees them running."""
+    machine = Identity()
+    machine.patch_rewritten(2)
+    machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    for step in ("unsuspended_by_hand", "preempt_or_hold"):
+        getattr(machine, step)()
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    machine.patch_rewritten(0)
+    machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    for step in ("release", "jobset_restarts", "jobset_restarts"):
+        getattr(machine, step)()
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    return machine
+
+
+def test_an_execution_that_started_after_one_with_a_higher_r_is_flagged_though_it_ended_unseen():
+    machine = _lowered_then_released_trace()
+    assert [e["r"] for e in machine.executions] == [2, 1, 2, 3]
+    machine.teardown()
+    foreign = machine.store.obj["metadata"]["annotations"][names.FOREIGN_ANNOTATION]
+    assert "the execution A=1 J=0, R 1, started at " in foreign and ", after the execution A=2 J=0, R 2," in foreign
+
+
+def test_the_model_can_fail_without_the_rule_of_the_start_order(monkeypatch):
+    monkeypatch.setattr(history, "repeat_by_creation", lambda h, **kw: None)
+    with pytest.raises(AssertionError, match="repeated without a flag"):
+        _lowered_then_released_trace().teardown()
+
+
+def _raised_then_lowered_trace() -> Identity:
+    """Released at A = 1 and held before the controller sees it; a person deletes the floor and
+    rewrites our patch to 0; released again. Each execution was created in the same second as the
+    raise before it, so no time tells them apart: only the raise's own record of the A it wrote
+    (`history.raised`) keeps the second raise above the first."""
+    machine = Identity()
+    for step in ("release", "preempt_or_hold"):
+        getattr(machine, step)()
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    machine.floor_edited(None)
+    machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    machine.patch_rewritten(0)
+    machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    machine.release()
+    machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    return machine
+
+
+def test_a_raise_stays_above_an_earlier_raise_whose_floor_and_patch_a_person_lowered():
+    machine = _raised_then_lowered_trace()
+    assert [e["a"] for e in machine.executions] == [1, 2]
+    assert history.of(machine.store.obj).raised == 2
+    machine.teardown()
+
+
+def test_the_model_can_fail_when_the_raise_forgets_what_it_wrote(monkeypatch):
+    monkeypatch.setattr(history, "highest_admission", lambda h: max(
+        (*(floor for floor, _ in h.floors), *(e.a for e in h.executions)), default=0))
+    machine = _raised_then_lowered_trace()
+    assert [e["a"] for e in machine.executions] == [1, 1]
+    with pytest.raises(AssertionError, match="repeated without a flag"):
+        machine.teardown()

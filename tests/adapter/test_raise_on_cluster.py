@@ -90,6 +90,22 @@ def test_a_rewritten_lower_or_deleted_patch_does_not_lower_the_next_raise(client
     assert raising.patch_admission(final) == 5
 
 
+def test_a_deleted_floor_with_a_lowered_patch_does_not_bring_back_an_a_a_raise_handed_out(client, namespace):
+    """One raise (A = 1), then, as `kubectl patch --type merge` would, the floor annotation deleted
+    and our patch set to 0 in one update: the raise's own record in the history keeps the next
+    raise above it."""
+    tj = kit.create_trainjob(client, namespace)
+    name = tj["metadata"]["name"]
+    assert adapter.raise_admission(client, namespace=namespace, name=name).admission == 1
+    client.merge_patch(paths.TRAINJOB, {"metadata": {"annotations": {names.FLOOR_ANNOTATION: None}},
+                                        "spec": {"runtimePatches": [raising.patch_entry(0)]}},
+                       name=name, namespace=namespace)
+    lowered = client.get(paths.TRAINJOB, name=name, namespace=namespace)
+    assert raising.counts(lowered) == raising.Counts(patch=0, floor=None)
+    assert adapter.raise_admission(client, namespace=namespace, name=name).admission == 2
+    assert history.of(client.get(paths.TRAINJOB, name=name, namespace=namespace)).raised == 2
+
+
 def test_open_raises_and_unsuspends_in_one_update_and_a_running_trainjob_is_not_raised(client, namespace):
     tj = kit.create_trainjob(client, namespace)
     name = tj["metadata"]["name"]

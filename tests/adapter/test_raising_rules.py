@@ -83,23 +83,29 @@ def test_other_managers_entries_and_the_input_are_untouched():
             st.tuples(st.just("rewrite"), st.integers(0, 50)),
             st.just(("delete",)),
             st.tuples(st.just("floor"), st.integers(0, 50)),
+            st.just(("floor-deleted",)),
         ),
         max_size=40,
     )
 )
 def test_a_written_by_raises_strictly_increases_whatever_is_rewritten_between(ops):
+    """Our patch rewritten or deleted, the floor rewritten or deleted, in any order and together:
+    the history the raise itself keeps (`raised`) holds every A a raise wrote."""
     tj = trainjob()
     written = []
     for op in ops:
+        annotations = tj["metadata"]["annotations"]
         if op[0] == "raise":
             tj, a = raising.raised(tj)
             written.append(a)
         elif op[0] == "rewrite":
-            tj = trainjob(patch=str(op[1]), floor=tj["metadata"]["annotations"].get(names.FLOOR_ANNOTATION))
+            tj["spec"]["runtimePatches"] = [raising.patch_entry(op[1])]
         elif op[0] == "delete":
             tj["spec"]["runtimePatches"] = []
-        # someone lowering the floor AND the patch together defeats detection
-        # by design (the trust boundary of docs/threat-model.md); lowering one is covered.
+        elif op[0] == "floor":
+            annotations[names.FLOOR_ANNOTATION] = str(op[1])
+        else:
+            annotations.pop(names.FLOOR_ANNOTATION, None)
     assert written == sorted(set(written))
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import pathlib
 import subprocess
 
-import pytest
 
 from devcluster import objectstores
 from dispatch_fence import checkpoint

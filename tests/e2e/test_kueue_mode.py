@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import kubernetes.client
 
 from devcluster import scenario as flow, stack as stack_mod
 from devcluster.scenario import Scenario

@@ -9,12 +9,18 @@ the controller is back, all it finds is an ended pod; the floor as it stands no 
 pods (the preempted execution's pods end after every raise), but the floor set by a raise a second
 or more before the pod's creation does (docs/adapter.md, "What detection cannot see"): the TrainJob
 is flagged `below-floor`, naming the pod, the floor and the time of the raise.
+
+The outsider may lower the floor annotation back to 1 too, in the same update: then no floor judges
+the twin, but its pods and the first execution's, one key, were created on both sides of the raise
+to 2, which no execution's pods ever are: the TrainJob is flagged `r-repeat`, naming that raise.
 """
 
 from __future__ import annotations
 
 import pathlib
 import time
+
+import pytest
 
 from devcluster import scenario as flow, stack as stack_mod
 from devcluster.scenario import Scenario
@@ -32,17 +38,21 @@ def _active(sc: Scenario) -> int:
     return sum(int(r.get("active") or 0) for r in (jobset.get("status") or {}).get("replicatedJobsStatus") or [])
 
 
-def _rewrite_patch(sc: Scenario, admission: int) -> None:
-    """The outsider: our runtime-patch entry replaced by one carrying ADMISSION (suspended)."""
+def _rewrite_patch(sc: Scenario, admission: int, *, floor: bool) -> None:
+    """The outsider: our runtime-patch entry replaced by one carrying ADMISSION (suspended), and
+    with `floor` the floor annotation set to it in the same update."""
     tj = sc.trainjob()
     tj["spec"]["runtimePatches"] = [
         raising.patch_entry(admission) if entry.get("manager") == names.PATCH_MANAGER else entry
         for entry in tj["spec"]["runtimePatches"]]
+    if floor:
+        tj["metadata"]["annotations"][names.FLOOR_ANNOTATION] = str(admission)
     sc.client.replace(paths.TRAINJOB, tj)
 
 
+@pytest.mark.parametrize("lowered", ["patch", "patch and floor"])
 def test_an_execution_below_the_floor_that_ends_while_our_controller_is_down_is_flagged(
-        stack: stack_mod.Stack, namespace: str, tmp_path: pathlib.Path) -> None:
+        stack: stack_mod.Stack, namespace: str, tmp_path: pathlib.Path, lowered: str) -> None:
     with stack.plane.api_client() as api:
         sc = Scenario(stack, api, namespace)
         sc.create_runtime(flow.runtime("unseen", host_dirs={"/marks": tmp_path}))
@@ -59,19 +69,25 @@ def test_an_execution_below_the_floor_that_ends_while_our_controller_is_down_is_
         stack.ours.stop()
         assert adapter.raise_admission(sc.client, namespace=namespace, name=sc.name).admission == 2
         time.sleep(1.1)  # the outsider comes a second or more after the raise
-        _rewrite_patch(sc, 1)
+        _rewrite_patch(sc, 1, floor=lowered == "patch and floor")
         sc.client.merge_patch(paths.TRAINJOB, {"spec": {"suspend": False}}, name=sc.name, namespace=namespace)
         [twin_pod] = sc.new_pods()
         twin = sc.run(twin_pod, until_exit=True)
         assert twin.exit_code == 0 and (twin.epoch, twin.attempt) == (first.epoch, first.attempt)
-        assert raising.counts(sc.trainjob()).floor == 2
+        assert raising.counts(sc.trainjob()).floor == (2 if lowered == "patch" else 1)
         assert sc.foreign() is None  # nobody has judged it yet
+        raised_at = raising.last_raise(sc.trainjob())[1]
 
         stack.ours.start()
-        cause = f"pod {twin_pod['metadata']['name']} had admission 1, below the floor 2 raised at "
-        sc.wait("the flag naming the ended pod", lambda: any(
+        if lowered == "patch":
+            cause, rule = f"pod {twin_pod['metadata']['name']} had admission 1, below the floor 2 raised at ", "below-floor"
+        else:
+            cause, rule = f"the execution A=1 J=0, R 1, has pods created before and after the raise at {raised_at}", "r-repeat"
+        sc.wait("the flag naming the ended pod's execution", lambda: any(
             line.startswith(cause) for line in (sc.foreign() or "").split("\n")))
         sc.check_identities(resets=[twin])
         # The twin shares the first execution's key (A, J, JobSet): one record, now with the verdict.
         [record] = [e for e in history.of(sc.trainjob()).executions if (e.a, e.j) == (1, 0)]
-        assert record.verdict == "foreign: below-floor", record
+        assert record.verdict == f"foreign: {rule}", record
+        # The raise's own record: the next raise goes above 2 whatever the outsider wrote.
+        assert history.of(sc.trainjob()).raised == 2

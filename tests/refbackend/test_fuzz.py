@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import random
-import threading
 import time
 from typing import Any
 
