@@ -218,7 +218,7 @@ def _repeat_by_time(pod: Obj, trainjob: Obj, recorded: history.History) -> detec
         return None
     key = {"a": a, "j": j, "jobset_uid": labels.get(names.JOBSET_UID_LABEL), "created": created}
     return (history.repeat_across_raise(recorded, **key, raises=raising.raises(trainjob))
-            or history.repeat_by_creation(recorded, **key))
+            or history.repeat_by_creation(recorded, **key, adopted=history.adopted_at(trainjob)))
 
 
 def pod_violation(pod: Obj, trainjob: Obj) -> detect.Violation | None:

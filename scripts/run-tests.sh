@@ -22,13 +22,13 @@ step() {
 
 # The pytest suites in two phases. In the first, two lanes run side by side on the host's two
 # cores: the suites that start no node (under `all`, after the shells and the images) and the
-# end-to-end suite, which spends most of its time waiting on the node. The second phase runs
-# alone what must not share the host: the fault suite (its bounds are timed, and a starved
-# apiserver's webhooks lag behind), the suites that compare the host's links, namespaces and
-# mounts before and after a cluster (tests/node, tests/cluster), the dispatcher's suite (its
-# leases are short) and the benches' smoke runs.
-BESIDE_THE_NODE=(tests/e2e)
-ALONE=(tests/faults tests/dispatcher tests/node tests/cluster tests/bench)
+# end-to-end suite and the benches' smoke runs, which spend most of their time waiting on the
+# node. The second phase runs alone what must not share the host: the fault suite (its bounds
+# are timed, and a starved apiserver's webhooks lag behind), the suites that compare the host's
+# links, namespaces and mounts before and after a cluster (tests/node, tests/cluster: the first
+# lane's containers come and go) and the dispatcher's suite (its leases are short).
+BESIDE_THE_NODE=(tests/e2e tests/bench)
+ALONE=(tests/faults tests/dispatcher tests/node tests/cluster)
 mapfile -t WITHOUT_NODE < <(find tests -mindepth 1 -maxdepth 1 -type d ! -name __pycache__ | sort |
   grep -vxF -f <(printf '%s\n' "${BESIDE_THE_NODE[@]}" "${ALONE[@]}"))
 RESULTS=.test-results

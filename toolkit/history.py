@@ -385,14 +385,16 @@ def repeat_across_raise(history: History, *, a: int, j: int, jobset_uid: str | N
 
 
 def repeat_by_creation(history: History, *, a: int, j: int, jobset_uid: str | None,
-                       created: str | None) -> detect.Violation | None:
+                       created: str | None, adopted: str | None = None) -> detect.Violation | None:
     """An execution started (its earliest pod created, by the apiserver's clock, to the second) after
     a recorded execution whose R is not below its own. Legitimate executions start in the order of
     their R, so this holds for a pod judged at any time, running or ended: an ended pod of an
     execution the controller never saw is judged as surely as a running one, which the high-water
-    rule (`repeat`) cannot do (an old execution's pods may be seen after newer ones)."""
+    rule (`repeat`) cannot do (an old execution's pods may be seen after newer ones). An execution
+    that started at or before the last adoption (`adopted`, the apiserver's time) was judged by a
+    person, even through a pod of it created since."""
     start = _start(history, a=a, j=j, jobset_uid=jobset_uid, created=created)
-    if start is None:
+    if start is None or (adopted is not None and start <= adopted):
         return None
     r = a + j
     before = [e for e in history.executions

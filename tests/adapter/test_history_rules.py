@@ -223,6 +223,9 @@ def test_an_execution_that_started_after_one_with_an_r_not_below_its_own_repeats
     assert history.repeat_by_creation(same, a=1, j=0, jobset_uid="u1", created=_at(10)) is None
     unknown = _seen(history.History(), 2, 0)
     assert history.repeat_by_creation(unknown, a=1, j=0, jobset_uid="u1", created=_at(20)) is None
+    # An execution that started by the last adoption was judged by a person, a pod of it made since too.
+    assert history.repeat_by_creation(h, a=1, j=0, jobset_uid="u1", created=_at(30), adopted=_at(20)) is None
+    assert history.repeat_by_creation(h, a=1, j=0, jobset_uid="u1", created=_at(30), adopted=_at(19)) is not None
 
 
 def test_one_executions_pods_on_both_sides_of_a_raise_repeat():
