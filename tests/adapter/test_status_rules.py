@@ -1,10 +1,11 @@
 """Status computation (adapter.compute_status) as a pure function."""
 
-from toolkit import adapter, names, raising
+from toolkit import adapter, history, names, raising
 
 
 def trainjob(*, a: int, suspend: bool, prefix: str = "7000003", token: str = "job.3.0") -> dict:
     tj, _ = raising.raised({"metadata": {"name": "tj", "namespace": "ns"}, "spec": {"suspend": True}})
+    tj["metadata"]["annotations"].pop(history.HISTORY_ANNOTATION)  # A as given below, not the raise's 1
     entry = raising.patch_entry(a)
     tj["spec"]["runtimePatches"] = [entry]
     tj["metadata"]["annotations"][names.FLOOR_ANNOTATION] = str(a)

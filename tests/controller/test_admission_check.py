@@ -181,7 +181,9 @@ def test_leader_election_lets_one_replica_act_and_the_standby_takes_over(admin, 
     check = _check(admin)
     first = start_controller()
     second = start_controller(wait=False)
-    # The standby is live and ready (a rollout and a drain need it so), and does not lead.
+    # The standby is live and ready (a rollout and a drain need it so; ready a moment after its
+    # health port answers, once it campaigns), and does not lead.
+    wait_until(lambda: second.get("/readyz")[0] == 200, what="the standby ready")
     assert [second.get(p)[0] for p in ("/healthz", "/readyz", "/leaderz")] == [200, 200, 503]
     assert [first.get(p)[0] for p in ("/readyz", "/leaderz")] == [200, 200]
     assert first.stop() == 0  # SIGTERM: finish the step, exit 0
