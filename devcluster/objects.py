@@ -13,8 +13,11 @@ refuse a TrainJob whose runtime is missing or unfit.
 
 from __future__ import annotations
 
+import re
+import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from devcluster import local
 from toolkit import detect, kube, names, paths, raising, render, runtime_check
@@ -68,10 +71,33 @@ def ensure_runtime(client: kube.Client, namespace: str) -> Obj:
         return client.get(paths.TRAINING_RUNTIME, name=RUNTIME, namespace=namespace)
 
 
+# What Trainer's and Kueue's TrainJob webhooks say of a runtime their caches have not seen yet, and
+# how long `once_the_runtime_is_seen` asks again while they say it.
+RUNTIME_NOT_SEEN = re.compile(r"specified trainingRuntime must be created before the TrainJob is created"
+                              r"|runtime '[^']*' not found")
+RUNTIME_SEEN_SECONDS = 90.0
+T = TypeVar("T")
+
+
+def once_the_runtime_is_seen(create: Callable[[], T]) -> T:
+    """CREATE (a TrainJob's), asked again while Trainer's or Kueue's webhook refuses it for a runtime
+    its cache has not seen yet (a runtime just created, or an apiserver just restarted; on a busy
+    host that lasts longer): a moment later they take it. Any other refusal is raised at once."""
+    deadline = time.monotonic() + RUNTIME_SEEN_SECONDS
+    while True:
+        try:
+            return create()
+        except kube.Forbidden as e:
+            if time.monotonic() > deadline or not RUNTIME_NOT_SEEN.search(str(e)):
+                raise
+            time.sleep(0.5)
+
+
 def create_trainjob(client: kube.Client, namespace: str, name: str | None = None, **kw: Any) -> Obj:
     name = name or f"tj-{uuid.uuid4().hex[:6]}"
     ensure_runtime(client, namespace)
-    return client.create(paths.TRAINJOB, trainjob_body(name, **kw), namespace=namespace)
+    body = trainjob_body(name, **kw)
+    return once_the_runtime_is_seen(lambda: client.create(paths.TRAINJOB, body, namespace=namespace))
 
 
 def owner(obj: Obj) -> Obj:

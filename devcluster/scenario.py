@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-import re
 import time
 from typing import Any
 
@@ -33,7 +32,7 @@ import kubernetes.client
 import kubernetes.utils
 import yaml
 
-from devcluster import local, stack as stack_mod
+from devcluster import local, objects, stack as stack_mod
 from toolkit import adapter, kube, names, paths, render
 from toolkit import request as request_mod
 
@@ -42,11 +41,6 @@ SIDECAR_RBAC = pathlib.Path(__file__).resolve().parents[1] / "deployments" / "k8
 JOB_ID = "e2e.job"  # JobIDs may hold dots: the token is parsed from the right
 GENERATION, SUBMISSION, ATTEMPT = 3, 7, 1
 WAIT_SECONDS = 90.0
-# What Trainer's and Kueue's TrainJob webhooks say of a runtime their caches have not seen yet, and
-# how long `Scenario.start` asks again while they say it.
-RUNTIME_NOT_SEEN = re.compile(r"specified trainingRuntime must be created before the TrainJob is created"
-                              r"|runtime '[^']*' not found")
-RUNTIME_SEEN_SECONDS = WAIT_SECONDS
 
 TRAINER_CONTAINER = names.TRAINER_CONTAINER
 
@@ -173,17 +167,7 @@ class Scenario:
         self.job_id = job_id
         trainjob = render.trainjob(req)
         trainjob["metadata"].setdefault("labels", {}).update(labels or {})
-        # Trainer's and Kueue's webhooks refuse a TrainJob whose runtime their caches have not seen
-        # yet (a runtime just created, or an apiserver just restarted): a moment later they take it.
-        deadline = time.monotonic() + RUNTIME_SEEN_SECONDS
-        while True:
-            try:
-                started = adapter.start(self.client, trainjob=trainjob)
-                break
-            except kube.Forbidden as e:
-                if time.monotonic() > deadline or not RUNTIME_NOT_SEEN.search(str(e)):
-                    raise
-                time.sleep(0.5)
+        started = objects.once_the_runtime_is_seen(lambda: adapter.start(self.client, trainjob=trainjob))
         assert started.created
 
     def pods(self) -> list[dict[str, Any]]:
