@@ -217,7 +217,7 @@ def _repeat_by_time(pod: Obj, trainjob: Obj, recorded: history.History) -> detec
     if a is None or j is None or not isinstance(created, str) or not detect.is_timestamp(created):
         return None
     key = {"a": a, "j": j, "jobset_uid": labels.get(names.JOBSET_UID_LABEL), "created": created}
-    return (history.repeat_across_raise(recorded, **key, raises=raising.raises(trainjob))
+    return (history.repeat_across_raise(recorded, **key, raises=raising.raises(trainjob, recorded))
             or history.repeat_by_creation(recorded, **key, adopted=history.adopted_at(trainjob)))
 
 

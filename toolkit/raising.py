@@ -120,7 +120,7 @@ def counts(trainjob: Obj) -> Counts:
 
 def last_raise(trainjob: Obj) -> tuple[int, str] | None:
     """The floor annotation and the apiserver's time of the last raise that wrote it, or None."""
-    floor = counts(trainjob).floor
+    floor = detect.parse_floor(((trainjob.get("metadata") or {}).get("annotations") or {}).get(names.FLOOR_ANNOTATION))
     for entry in (trainjob.get("metadata") or {}).get("managedFields") or []:
         if not isinstance(entry, dict) or entry.get("manager") != names.RAISE_FIELD_MANAGER:
             continue
@@ -150,9 +150,11 @@ def unsuspended_by(trainjob: Obj) -> tuple[str, str] | None:
     return max(owners, key=lambda owner: owner[1])
 
 
-def raises(trainjob: Obj) -> list[tuple[int, str]]:
-    """Every raise known, as (the floor it set, the apiserver's time of it): the history's and the last."""
-    return [*history.of(trainjob).floors, *filter(None, [last_raise(trainjob)])]
+def raises(trainjob: Obj, recorded: history.History | None = None) -> list[tuple[int, str]]:
+    """Every raise known, as (the floor it set, the apiserver's time of it): the history's and the last.
+    `recorded`: the TrainJob's history, when the caller has read it already."""
+    recorded = history.of(trainjob) if recorded is None else recorded
+    return [*recorded.floors, *filter(None, [last_raise(trainjob)])]
 
 
 def floor_when_created(trainjob: Obj, created: str | None) -> tuple[int, str] | None:

@@ -868,23 +868,24 @@ def test_the_model_can_fail_when_the_trainjob_comes_from_a_stale_copy_too(monkey
         machine._pass(seen=workload)
 
 
+def _played(*steps: str | tuple[str, object]) -> Identity:
+    """A machine through STEPS (a rule's name, or the name and its argument), the property checked
+    after each, as the search checks it."""
+    machine = Identity()
+    for step in steps:
+        name, *args = (step,) if isinstance(step, str) else step
+        getattr(machine, name)(*args)
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    return machine
+
+
 def _lowered_after_an_unseen_execution_trace() -> Identity:
     """A person rewrites our patch to A = 3 and unsuspends by hand; the execution (A = 3, J = 0) is
     held before the controller sees it; the person rewrites the patch to 0. The next admission
     raises from what the TrainJob then holds (to 1, then 3 with a racing raise): the same A, J and
     JobSet run again, after a raise the first execution's pods were created before."""
-    machine = Identity()
-    machine.patch_rewritten(3)
-    machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    for step in ("unsuspended_by_hand", "preempt_or_hold"):
-        getattr(machine, step)()
-        machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    machine.patch_rewritten(0)
-    machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    for step in ("kueue_reserves_and_we_raise", "racing_raise", "kueue_admits_and_unsuspends"):
-        getattr(machine, step)()
-        machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    return machine
+    return _played(("patch_rewritten", 3), "unsuspended_by_hand", "preempt_or_hold", ("patch_rewritten", 0),
+                   "kueue_reserves_and_we_raise", "racing_raise", "kueue_admits_and_unsuspends")
 
 
 def test_an_execution_whose_pods_straddle_a_raise_is_flagged():
@@ -906,18 +907,8 @@ def _lowered_then_released_trace() -> Identity:
     """As above, but the patch is rewritten to 2 and the TrainJob released (a raise to 1): the next
     executions (A = 1, J = 0 and 1) have R at or below the unseen one's 2 under other keys, and end
     before the controller sees them running."""
-    machine = Identity()
-    machine.patch_rewritten(2)
-    machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    for step in ("unsuspended_by_hand", "preempt_or_hold"):
-        getattr(machine, step)()
-        machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    machine.patch_rewritten(0)
-    machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    for step in ("release", "jobset_restarts", "jobset_restarts"):
-        getattr(machine, step)()
-        machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    return machine
+    return _played(("patch_rewritten", 2), "unsuspended_by_hand", "preempt_or_hold", ("patch_rewritten", 0),
+                   "release", "jobset_restarts", "jobset_restarts")
 
 
 def test_an_execution_that_started_after_one_with_a_higher_r_is_flagged_though_it_ended_unseen():
@@ -939,17 +930,7 @@ def _raised_then_lowered_trace() -> Identity:
     rewrites our patch to 0; released again. Each execution was created in the same second as the
     raise before it, so no time tells them apart: only the raise's own record of the A it wrote
     (`history.raised`) keeps the second raise above the first."""
-    machine = Identity()
-    for step in ("release", "preempt_or_hold"):
-        getattr(machine, step)()
-        machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    machine.floor_edited(None)
-    machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    machine.patch_rewritten(0)
-    machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    machine.release()
-    machine.r_only_increases_unless_flagged_once_detection_caught_up()
-    return machine
+    return _played("release", "preempt_or_hold", ("floor_edited", None), ("patch_rewritten", 0), "release")
 
 
 def test_a_raise_stays_above_an_earlier_raise_whose_floor_and_patch_a_person_lowered():
