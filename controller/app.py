@@ -22,8 +22,10 @@ it does its part, so rollouts and drains proceed), and only the synced leader
 answers /leaderz 200 (`health`). The probes are plain HTTP on the health port; /metrics is HTTPS on
 a port of its own, for callers the apiserver authenticates and authorizes
 (`metrics_server`); the leader alone also watches the flagged TrainJobs, for
-the flagged gauge (`metrics`). Losing the lease ends the process (exit 1) so it restarts as a
-standby rather than keep acting on stale leadership. SIGTERM finishes the
+the flagged gauge (`metrics`). Losing the lease stops the leader's work (its workers finish
+the step they are in, its informers stop) and the process campaigns again as a standby, with a
+new `Controller` when it next leads; a worker still in its step after the grace period ends the
+process instead (exit 1), so nothing acts on stale leadership either way. SIGTERM finishes the
 current step and exits 0.
 
 Settings come from the environment (DISPATCH_CONTROLLER_*), overridden by
@@ -33,10 +35,12 @@ the CLI's options; one table and one parser for both (`settings`).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
 import time
+import uuid
 from typing import Any
 
 import prometheus_client
@@ -269,15 +273,17 @@ class Controller:
         deadline = time.monotonic() + timeout
         return all(inf.synced.wait(max(0.0, deadline - time.monotonic())) for inf in self.informers)
 
-    def shutdown(self, timeout: float = 2.0) -> None:
-        """Let workers finish the step they are in; informers blocked in a
-        watch are daemon threads and end with the process."""
+    def shutdown(self, timeout: float = 2.0) -> bool:
+        """Let workers finish the step they are in (at most TIMEOUT in all); True when every one
+        has. Informers stop at their watch's next event or its end (daemon threads: a process that
+        exits does not wait for them); what they deliver meanwhile goes to this closed queue."""
         self.stop.set()
         self.queue.close()
         deadline = time.monotonic() + timeout
-        for t in self.threads:
-            if t.name.startswith("worker-"):
-                t.join(max(0.0, deadline - time.monotonic()))
+        workers = [t for t in self.threads if t.name.startswith("worker-")]
+        for t in workers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in workers)
 
 
 Obj = dict[str, Any]
@@ -302,7 +308,7 @@ def slim(obj: Obj) -> Obj:
 
 def run(settings: Settings) -> int:
     """The process: health server, leader election, the controller. Returns
-    the exit status (0 after SIGTERM, 1 when the lease was lost)."""
+    the exit status (0 after SIGTERM, 1 when a lost lease found a worker still in its step)."""
     setup_logging()
     client = kube.load(kubeconfig=settings.kubeconfig, context=settings.context)
     metrics = metrics_mod.Metrics(lease=settings.lease_name)
@@ -317,27 +323,66 @@ def run(settings: Settings) -> int:
     server.live.set()
     done = threading.Event()
     status = {"code": 0}
-    controller = Controller(client, settings, metrics=metrics)
+    # The leader's work of the current term. A term ends with its lease (`lost`) and is never
+    # resumed: the next term gets a new Controller. `guard` orders a term's start (`lead`, in the
+    # election library's thread) against its end, so a term that ended before its lead() ran
+    # starts nothing.
+    guard = threading.Lock()
+    current: dict[str, Controller | None] = {"controller": None}
 
-    def lead() -> None:
+    def lead(ended: threading.Event) -> None:
         log.info("leading", extra={"lease": settings.lease_name})
-        server.ready.clear()  # not ready until its informers have listed
-        metrics.leader.set(1)
-        controller.start()
-        if controller.wait_synced(60):
-            metrics.flagged_source = controller.flagged.items
-            server.ready.set()
-            server.leading.set()
-            log.info("ready", extra={"port": server.port})
+        controller = Controller(client, settings, metrics=metrics)
+        with guard:
+            if done.is_set() or ended.is_set():
+                return
+            current["controller"] = controller
+            server.ready.clear()  # not ready until its informers have listed
+            metrics.leader.set(1)
+            controller.start()
+        synced = controller.wait_synced(60)
+        with guard:
+            if synced and not ended.is_set():
+                metrics.flagged_source = controller.flagged.items
+                server.ready.set()
+                server.leading.set()
+                log.info("ready", extra={"port": server.port})
         controller.stop.wait()
 
-    def lost() -> None:
-        server.leading.clear()
-        metrics.leader.set(0)
-        metrics.flagged_source = None
-        log.error("lost the lease, exiting")
-        status["code"] = 1
-        done.set()
+    def lost(ended: threading.Event) -> None:
+        with guard:
+            ended.set()
+            server.leading.clear()
+            metrics.leader.set(0)
+            metrics.flagged_source = None
+            metrics.awaiting_ready.set_function(lambda: 0)  # a standby awaits nothing
+            controller, current["controller"] = current["controller"], None
+        if controller is not None and not controller.shutdown():
+            log.error("lost the lease while a worker was still in its step, exiting")
+            status["code"] = 1
+            done.set()
+            return
+        log.warning("lost the lease, campaigning again")
+        server.ready.set()  # a standby again
+
+    # One identity for the process: a term that follows its own lost one finds the Lease still
+    # naming it and takes it back at once, unless another replica took it meanwhile.
+    identity = f"{os.environ.get('HOSTNAME', 'controller')}-{uuid.uuid4().hex[:8]}"
+
+    def campaign() -> None:
+        while not done.is_set():
+            ended = threading.Event()
+            kube.run_leader_election(
+                client,
+                lease_name=settings.lease_name,
+                namespace=settings.lease_namespace,
+                identity=identity,
+                on_started=lambda: lead(ended),
+                on_stopped=lambda: lost(ended),
+                lease_duration=settings.lease_duration,
+                renew_deadline=settings.renew_deadline,
+                retry_period=settings.retry_period,
+            )
 
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -346,29 +391,17 @@ def run(settings: Settings) -> int:
                                 "leader_elect": settings.leader_elect})
     if settings.leader_elect:
         server.ready.set()  # a standby, campaigning for the Lease
-        elector = threading.Thread(
-            target=kube.run_leader_election,
-            args=(client,),
-            kwargs={
-                "lease_name": settings.lease_name,
-                "namespace": settings.lease_namespace,
-                "on_started": lead,
-                "on_stopped": lost,
-                "lease_duration": settings.lease_duration,
-                "renew_deadline": settings.renew_deadline,
-                "retry_period": settings.retry_period,
-            },
-            name="leader-election",
-            daemon=True,
-        )
-        elector.start()
+        threading.Thread(target=campaign, name="leader-election", daemon=True).start()
     else:
-        threading.Thread(target=lead, name="lead", daemon=True).start()
+        threading.Thread(target=lead, args=(threading.Event(),), name="lead", daemon=True).start()
     done.wait()
     log.info("stopping")
-    server.ready.clear()
-    server.leading.clear()
-    controller.shutdown()
+    with guard:
+        server.ready.clear()
+        server.leading.clear()
+        controller, current["controller"] = current["controller"], None
+    if controller is not None:
+        controller.shutdown()
     metrics_server.stop()
     server.stop()
     return status["code"]

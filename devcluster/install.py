@@ -182,8 +182,7 @@ def wait_leading(running: Any, *, timeout: float = READY_TIMEOUT_SECONDS,
                  renewed_after: datetime.datetime | None = None) -> str:
     """The name of the controller pod that holds the Lease, once it is Ready (and, with
     RENEWED_AFTER, has renewed the Lease since then: a leader that could not renew while the
-    apiserver was away exits, and the kubelet restarts it after its container's back-off); fails
-    after TIMEOUT."""
+    apiserver was away campaigns again); fails after TIMEOUT."""
     deadline = time.monotonic() + timeout
     last = "no Lease yet"
     with running.plane.api_client() as api:

@@ -168,7 +168,7 @@ def start_controller(controller_kubeconfig, namespace, metrics_token) -> Iterato
     for proc in procs:
         proc.stop()
     for proc in procs:
-        errors = [line for line in proc.lines if line.get("level") == "error" and line.get("message") != "lost the lease, exiting"]
+        errors = [line for line in proc.lines if line.get("level") == "error"]
         assert not errors, proc.log_tail()
 
 

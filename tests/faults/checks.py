@@ -35,9 +35,10 @@ from toolkit import adapter, names, raising
 # (the lease's 15 s duration plus its 2 s retry period) and the relists after an apiserver or etcd
 # restart (the informers' backoff is at most 10 s).
 ADMISSION_BOUND_SECONDS = 30.0
-# How long our controller may take to lead again after an apiserver restart: the kubelet's
-# back-off for a container restarted more than once (at most 300 s) and a takeover.
-LEADER_BACK_SECONDS = 330.0
+# How long our controller may take to lead again after an apiserver restart: a replica that lost
+# the Lease while the apiserver was away campaigns again in its process (no container restart,
+# so no kubelet back-off): the lease's 15 s, the relists (their backoff at most 10 s), margin.
+LEADER_BACK_SECONDS = 60.0
 # How long a line our controller printed may take to reach the suite through the kubelet.
 LOG_DELAY_SECONDS = 5.0
 

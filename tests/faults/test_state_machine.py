@@ -387,10 +387,9 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
 
     def _restart_apiserver(self) -> None:
         """Stop and start kube-apiserver; return once one of our controller's pods, Ready, has
-        renewed the Lease since: a leader that could not renew while the apiserver was away exits,
-        and the kubelet restarts it after its container's back-off, which grows with each exit (10 s,
-        20 s, 40 s...), so over a search's restarts both replicas can be waiting on it. Every bound
-        after it is our controller's own."""
+        renewed the Lease since: a leader that could not renew while the apiserver was away stops
+        its work and campaigns again in its process, within `checks.LEADER_BACK_SECONDS`. Every
+        bound after it is our controller's own."""
         self.stack.plane.stop_apiserver()
         self.stack.plane.start_apiserver()
         install.wait_leading(self.stack, timeout=checks.LEADER_BACK_SECONDS,
