@@ -47,7 +47,7 @@ The node's two CPUs hold one execution at a time, so a step waits for the cluste
 new execution's identity printed, or the pods gone) before the next one.
 
 The search. In `make test` it is bounded by time, not by a count of examples: examples of up to
-DISPATCH_FAULTS_STEPS steps (6) are started until DISPATCH_FAULTS_BUDGET seconds (200) have passed
+DISPATCH_FAULTS_STEPS steps (6) are started until DISPATCH_FAULTS_BUDGET seconds (150) have passed
 since the first one began (the first example runs to its end; a later one under way then ends at
 the step it is at, its checks done, so one long example cannot carry the search far past its
 budget), or DISPATCH_FAULTS_EXAMPLES
@@ -101,7 +101,7 @@ from toolkit import adapter, names, raising
 log = logging.getLogger(__name__)
 EXAMPLES = int(os.environ.get("DISPATCH_FAULTS_EXAMPLES", "100"))
 STEPS = int(os.environ.get("DISPATCH_FAULTS_STEPS", "6"))
-BUDGET = float(os.environ.get("DISPATCH_FAULTS_BUDGET", "200"))  # seconds; 0: no time budget
+BUDGET = float(os.environ.get("DISPATCH_FAULTS_BUDGET", "150"))  # seconds; 0: no time budget
 # Each execution runs until it is stopped (SIGTERM: exit 0) or takes the file /marks/fail (exit 3: a
 # rank failure). `rm` succeeds for one execution only, so one rank fails per file the test writes.
 COMMAND = ["/bin/sh", "-c",

@@ -86,8 +86,12 @@ def test_an_execution_below_the_floor_that_ends_while_our_controller_is_down_is_
         sc.wait("the flag naming the ended pod's execution", lambda: any(
             line.startswith(cause) for line in (sc.foreign() or "").split("\n")))
         sc.check_identities(resets=[twin])
-        # The twin shares the first execution's key (A, J, JobSet): one record, now with the verdict.
-        [record] = [e for e in history.of(sc.trainjob()).executions if (e.a, e.j) == (1, 0)]
-        assert record.verdict == f"foreign: {rule}", record
+        # The twin shares the first execution's key (A, J, JobSet): one record, with the verdict. The
+        # detector records it in the update after the flag's, so it is waited for, not read at once.
+        def record() -> history.Execution:
+            [found] = [e for e in history.of(sc.trainjob()).executions if (e.a, e.j) == (1, 0)]
+            return found
+        sc.wait("the record's verdict", lambda: record().verdict != "ok")
+        assert record().verdict == f"foreign: {rule}", record()
         # The raise's own record: the next raise goes above 2 whatever the outsider wrote.
         assert history.of(sc.trainjob()).raised == 2
