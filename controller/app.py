@@ -117,13 +117,13 @@ class Controller:
         )
         # A cached Workload or JobSet is only a key and a status to this controller (a Workload's
         # says whether to look, and it is read fresh before its status is written; the JobSet rule
-        # reads the UID): their specs, which
-        # hold every pod template, are not kept, nor any object's managedFields (bench/admission).
+        # reads the UID): their specs, which hold every pod template, are not kept, nor any object's
+        # managedFields; of a pod's spec only what the detector judges (`pod_view`; bench/admission).
         self.informers = [
             mk(paths.ADMISSION_CHECK, self._on_check),
             mk(paths.WORKLOAD, self._on_workload, transform=slim),
             mk(paths.JOBSET, self._on_jobset, transform=slim),
-            mk(paths.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL, transform=without_managed_fields),
+            mk(paths.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL, transform=pod_view),
             mk(paths.EVENT, self._on_event, field_selector=f"reason={names.SIDECAR_VIOLATION_REASON}"),
         ]
         # The flagged TrainJobs, for the gauge only (nothing is queued): a watch filtered by the
@@ -299,6 +299,24 @@ def names_only(obj: Obj) -> Obj:
     """Pure: OBJ's namespace and name, all the flagged gauge counts by."""
     meta = obj.get("metadata") or {}
     return {"metadata": {k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion") if k in meta}}
+
+
+def pod_view(pod: Obj) -> Obj:
+    """Pure: what the detector reads of a pod: its metadata without managedFields, its status, and
+    of its spec each container's name and its variables' names (whether the prologue's inputs are
+    there), not their values. A trainer pod carries the whole prologue in its command and often a
+    large environment: a cache of a thousand admitted TrainJobs' pods held them all (bench/admission)."""
+    view = {k: v for k, v in without_managed_fields(pod).items() if k != "spec"}
+    containers = (pod.get("spec") or {}).get("containers")
+    if isinstance(containers, list):
+        view["spec"] = {"containers": [
+            {"name": c.get("name"), "env": [{"name": e.get("name")} for e in _list(c.get("env")) if isinstance(e, dict)]}
+            for c in containers if isinstance(c, dict)]}
+    return view
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def slim(obj: Obj) -> Obj:
