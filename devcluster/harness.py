@@ -640,6 +640,18 @@ class ControlPlane:
     def _wait_apiserver(self) -> None:
         self._wait_http("kube-apiserver", f"{self.server}/readyz", context=self._ssl_context())
 
+    def wait_service(self) -> None:
+        """Wait until the apiserver answers at the kubernetes Service's address, as pods reach it.
+
+        An apiserver that stops gracefully takes its address out of the Service's endpoints, so
+        kube-proxy rejects connections to the Service; once the apiserver is back it writes the
+        address again, and kube-proxy programs it only when its own watch, backing off while the
+        apiserver was away (up to 30 s), lists again. From the node's host the same rules apply.
+        Only for a plane whose node runs kube-proxy."""
+        if not self.node_ip:
+            raise HarnessError("no node: the kubernetes Service has no endpoint to wait for")
+        self._wait_http("kube-apiserver", f"https://{SERVICE_IP}/readyz", context=self._ssl_context())
+
     def _wait_controller_manager(self, api: kubernetes.client.ApiClient) -> None:
         # The "default" ServiceAccount is written by the serviceaccount
         # controller, through a token the manager minted for it: proof that the

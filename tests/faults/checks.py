@@ -45,6 +45,17 @@ LOG_DELAY_SECONDS = 5.0
 _VAP = ("admissionregistration.k8s.io", "v1")
 
 
+def started_again(stack: stack_mod.Stack, component: str) -> float:
+    """Start a stopped part of the control plane again; the moment the fault ended, from which the
+    bounds count: the part answers, and pods reach the apiserver through the kubernetes Service
+    again. After an apiserver restart that takes up to about 30 s more (kube-proxy's own watch
+    backs off while the apiserver is away and programs the Service's endpoint only once it lists
+    again): the platform's recovery, not our controller's."""
+    stack.plane.start_component(component)
+    stack.plane.wait_service()
+    return time.monotonic()
+
+
 def _policy(check: str) -> tuple[dict[str, Any], dict[str, Any]]:
     ready = f'exists(c, c.name == "{check}" && c.state == "Ready")'
     expression = (f"!(has(object.status) && has(object.status.admissionChecks) && "

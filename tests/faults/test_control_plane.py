@@ -31,7 +31,7 @@ def test_stopped_between_our_raise_and_our_approval(stack: stack_mod.Stack, name
             checks.raised_not_approved(sc, queues, above=0)
             stack.plane.stop_component(component)
             time.sleep(DOWN_SECONDS)
-            stack.plane.start_component(component)
+            checks.started_again(stack, component)
         ended = time.monotonic()
         n = checks.admitted(sc, queues, since=ended)
         assert n in (1, 2)

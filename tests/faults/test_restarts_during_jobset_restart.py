@@ -55,10 +55,10 @@ def test_restarted_during_a_jobset_restart(stack: stack_mod.Stack, namespace: st
         assert first.exit_code is None and failed["exitCode"] == 3  # it ran, then failed during the outage
         time.sleep(DOWN_SECONDS)
         if component in PLANE:
-            stack.plane.start_component(component)
+            ended = checks.started_again(stack, component)
         else:
             stack.start_process(component)
-        ended = time.monotonic()
+            ended = time.monotonic()
 
         pods = sc.new_pods()
         assert time.monotonic() - ended <= checks.ADMISSION_BOUND_SECONDS

@@ -388,10 +388,11 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
     def _restart_apiserver(self) -> None:
         """Stop and start kube-apiserver; return once one of our controller's pods, Ready, has
         renewed the Lease since: a leader that could not renew while the apiserver was away stops
-        its work and campaigns again in its process, within `checks.LEADER_BACK_SECONDS`. Every
-        bound after it is our controller's own."""
+        its work and campaigns again in its process, within `checks.LEADER_BACK_SECONDS` of the
+        apiserver answering pods again (`checks.started_again`). Every bound after it is our
+        controller's own."""
         self.stack.plane.stop_apiserver()
-        self.stack.plane.start_apiserver()
+        checks.started_again(self.stack, "kube-apiserver")
         install.wait_leading(self.stack, timeout=checks.LEADER_BACK_SECONDS,
                              renewed_after=datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0))
 
