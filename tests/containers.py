@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import pathlib
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,6 +87,18 @@ def assert_no_shell(c: docker.DockerClient, image: str) -> None:
             shell.start()
     finally:
         shell.remove(force=True)
+
+
+@functools.cache
+def release_image(name: str) -> str:
+    """This checkout's release image NAME (release/images.py) in local storage: what the release
+    ships and the cluster runs. `make release-images` builds them; one missing or built from other
+    files is built now."""
+    from devcluster import install  # its imports (the kubernetes client) only for the tests that ask
+    from release import bundle, version
+
+    with tempfile.TemporaryDirectory(prefix="dispatch-release-images-") as tmp:
+        return install.release_images(version.describe(bundle.REPO), pathlib.Path(tmp))[name]
 
 
 def build_on_python_base(c: docker.DockerClient, *, context: pathlib.Path, containerfile: pathlib.Path,

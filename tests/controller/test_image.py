@@ -1,5 +1,6 @@
-"""The controller image (images/controller.Containerfile) builds on the local
-Python base into a minimal root (images/mkroot.py: no shell), runs as non-root
+"""The controller's release image (images/controller.Containerfile, built as the release builds
+it: `make release-images`) is a minimal root on the local Python base (images/mkroot.py: no
+shell), runs as non-root
 on a read-only root filesystem, imports every module it carries, is at most
 40 MB, makes the metrics endpoint's self-signed certificate with the OpenSSL it
 carries, and, started the way the shipped Deployment starts it (its command,
@@ -25,7 +26,6 @@ from devcluster import images
 from tests import containers
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-IMAGE = "localhost/dispatch/controller:test"
 MANIFESTS = REPO / "deployments" / "k8s" / "base" / "controller"
 
 pytestmark = pytest.mark.images
@@ -38,13 +38,8 @@ def client() -> Iterator[docker.DockerClient]:
 
 
 @pytest.fixture(scope="module")
-def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    context = tmp_path_factory.mktemp("controller-context")
-    containerfile = images.controller_context(context)  # as the release and bench/sidecar build it
-    try:
-        return containers.build_on_python_base(client, context=context, tag=IMAGE, containerfile=containerfile)
-    finally:  # the build stage's images (labelled in the Containerfile) are not kept
-        images.remove_build_stage()
+def image() -> str:
+    return containers.release_image("controller")
 
 
 def shipped_container() -> tuple[dict[str, Any], dict[str, Any]]:

@@ -1,6 +1,6 @@
-"""The dispatcher image, built on the local Python base into a minimal root
-(images/mkroot.py: no shell) and run as a container through the Docker Engine
-API (tests/containers.py): non-root, a read-only root filesystem, every module
+"""The dispatcher's release image (built as the release builds it: `make release-images`), a
+minimal root on the local Python base (images/mkroot.py: no shell), run as a container through
+the Docker Engine API (tests/containers.py): non-root, a read-only root filesystem, every module
 it carries imports, at most 40 MB, a missing setting is one line and exit 2, and the Deployment's
 liveness command (dispatcher.alive on the heartbeat file) runs in it as the kubelet would exec it."""
 
@@ -21,8 +21,6 @@ from tests import containers
 pytestmark = pytest.mark.images
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-IMAGE = "localhost/dispatch/dispatcher:test"
-CONTAINERFILE = REPO / "images" / "dispatcher.Containerfile"
 DEPLOYMENT = REPO / "deployments" / "k8s" / "base" / "dispatcher" / "deployment.yaml"
 
 
@@ -33,13 +31,8 @@ def client() -> Iterator[docker.DockerClient]:
 
 
 @pytest.fixture(scope="module")
-def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    context = tmp_path_factory.mktemp("dispatcher-context")
-    images.dispatcher_context(context)  # as the release and bench/sidecar build it
-    try:
-        return containers.build_on_python_base(client, context=context, tag=IMAGE, containerfile=CONTAINERFILE)
-    finally:  # the build stage's images (labelled in the Containerfile) are not kept
-        images.remove_build_stage()
+def image() -> str:
+    return containers.release_image("dispatcher")
 
 
 def test_the_image_runs_non_root_and_refuses_a_missing_variable_in_one_line(

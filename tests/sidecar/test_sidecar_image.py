@@ -1,9 +1,10 @@
-"""The sidecar image, built and run as a container: a minimal root (the
+"""The sidecar's release image (built as the release builds it: `make release-images`), run as a
+container: a minimal root (the
 interpreter, its libraries, the modules the sidecar imports; no shell) of at
 most 30 MB, non-root, read-only root filesystem, against the real apiserver
 (host network), and stopped with SIGTERM (exit 0).
 
-Built and run through the Docker Engine API (the docker SDK against podman's
+Run through the Docker Engine API (the docker SDK against podman's
 Docker-compatible service, docs/images.md; scripts/run-tests.sh sources
 scripts/podman-service.sh, which sets DOCKER_HOST). The build stage runs on the
 local Python base, localhost/dispatch-base/python (Debian's python3.11 packages
@@ -13,7 +14,6 @@ reachable. The build context holds only what the Containerfile copies.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import pathlib
 import shutil
@@ -27,14 +27,13 @@ import docker.errors
 import pytest
 
 from tests import containers
-from devcluster import harness, images
+from devcluster import harness
 from tests.sidecar import test_sidecar_cluster as cluster
 from toolkit import names, render
 
 pytestmark = [pytest.mark.images, pytest.mark.cluster]
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-IMAGE = "localhost/dispatch/sidecar:test"
 setup = cluster.setup  # the fixture: the shipped RBAC and a dispatch-sidecar token
 
 
@@ -46,15 +45,8 @@ def client() -> Iterator[docker.DockerClient]:
 
 
 @pytest.fixture(scope="module")
-def image(client: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> str:
-    context = tmp_path_factory.mktemp("sidecar-context")
-    containerfile = images.sidecar_context(context)
-    try:
-        return containers.build_on_python_base(client, context=context, tag=IMAGE, containerfile=containerfile)
-    finally:  # the build stage's images (labelled in the Containerfile) are not kept
-        for stage in client.images.list(filters={"label": images.BUILD_STAGE_LABEL}):
-            with contextlib.suppress(docker.errors.APIError):
-                client.images.remove(stage.id)
+def image() -> str:
+    return containers.release_image("sidecar")
 
 
 class Lines:
