@@ -32,6 +32,7 @@ Usage for a person: `python -m devcluster.harness up|down` (state under
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import atexit
 import json
@@ -88,6 +89,10 @@ SERVICE_IP = "10.0.0.1"  # the kubernetes Service's ClusterIP: the first address
 UNCACHED_RESOURCE = "podtemplates"
 
 STOP_GRACE_SECONDS = 10.0
+# The grace of a whole plane's teardown (`ControlPlane.stop`): nothing reads the plane after it. An
+# apiserver whose node is already stopped spends its grace deleting its identity Lease through the
+# node's address, gone with the node: 10 s of nothing per cluster.
+TEARDOWN_GRACE_SECONDS = 2.0
 READY_TIMEOUT_SECONDS = 120.0
 
 
@@ -174,21 +179,32 @@ def module_dir(module: str, version: str) -> pathlib.Path:
     return pathlib.Path(info["Dir"])
 
 
+# libyaml's loader where PyYAML was built with it: the upstream projects' manifests are megabytes of
+# OpenAPI schema, which the pure-Python loader takes seconds to read at every cluster start.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def yaml_documents(path: pathlib.Path) -> list[dict[str, Any]]:
+    """The documents of a YAML file, empty ones left out (safe loading: plain data only)."""
+    return [d for d in yaml.load_all(path.read_text(), Loader=_LOADER) if d]
+
+
+@functools.cache
+def _crds() -> tuple[dict[str, Any], ...]:
+    return tuple(doc for module, version, sub in CRD_SOURCES
+                 for path in sorted((module_dir(module, version) / sub).glob("*.yaml"))
+                 for doc in yaml_documents(path) if doc.get("kind") == "CustomResourceDefinition")
+
+
 def crd_documents() -> list[dict[str, Any]]:
-    docs: list[dict[str, Any]] = []
-    for module, version, sub in CRD_SOURCES:
-        for path in sorted((module_dir(module, version) / sub).glob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text()):
-                if doc and doc.get("kind") == "CustomResourceDefinition":
-                    docs.append(doc)
-    return docs
+    """The CRDs of Trainer, JobSet and Kueue, read once per process (copies: a caller may change them)."""
+    return copy.deepcopy(list(_crds()))
 
 
 def trainer_manifest(relative: str) -> list[dict[str, Any]]:
     """Documents of a file in Trainer's module, e.g. manifests/base/runtimes/x.yaml."""
     module, version, _ = TRAINER_MODULE
-    text = (module_dir(module, version) / relative).read_text()
-    return [d for d in yaml.safe_load_all(text) if d]
+    return yaml_documents(module_dir(module, version) / relative)
 
 
 def gone(read: Callable[[], object]) -> bool:
@@ -337,11 +353,11 @@ class _Process:
         if self.popen is not None and self.popen.poll() is not None:
             raise HarnessError(f"{self.name} exited with {self.popen.returncode}; log:\n{self.tail()}")
 
-    def stop(self) -> None:
+    def stop(self, *, grace: float = STOP_GRACE_SECONDS) -> None:
         if self.popen is None:
             return
         popen, self.popen = self.popen, None
-        _kill_group(popen.pid, wait=popen.wait)
+        _kill_group(popen.pid, wait=popen.wait, grace=grace)
 
     def tail(self, lines: int = 40) -> str:
         try:
@@ -350,13 +366,13 @@ class _Process:
             return "(no log)"
 
 
-def _kill_group(pgid: int, *, wait: Any = None) -> None:
-    """SIGTERM the group, SIGKILL what is left after the grace period."""
+def _kill_group(pgid: int, *, wait: Any = None, grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM the group, SIGKILL what is left after GRACE seconds."""
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         if wait is not None:
             try:
@@ -572,7 +588,7 @@ class ControlPlane:
     def stop(self) -> None:
         """Kill every process group and remove the workdir; safe to call twice."""
         for name in reversed(list(self._procs)):
-            self._procs[name].stop()
+            self._procs[name].stop(grace=TEARDOWN_GRACE_SECONDS)
         if self in _LIVE:
             _LIVE.remove(self)
         if self._own_workdir:

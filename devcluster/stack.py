@@ -92,10 +92,6 @@ def build_binaries(binaries: str = "controllers") -> pathlib.Path:
     return pathlib.Path(proc.stdout.strip().splitlines()[-1])
 
 
-def _yaml_docs(path: pathlib.Path) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
 def _json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> None:
     """The subset of RFC 6902 the projects' webhook patches use: add, replace."""
     for op in ops:
@@ -340,7 +336,7 @@ class Stack:
                                         "--zap-log-level=2"], env=self._env())
         self._wait_ready("jobset-controller", health)
         root = harness.module_dir(*JOBSET) / "config/components/webhook"
-        docs = _yaml_docs(root / "manifests.yaml")
+        docs = harness.yaml_documents(root / "manifests.yaml")
         patches = {"MutatingWebhookConfiguration": "mutating-patch.yaml",
                    "ValidatingWebhookConfiguration": "validating-patch.yaml"}
         for doc in docs:
@@ -372,7 +368,7 @@ class Stack:
                   env={**self._env(), "TMPDIR": str(tmp)})
         self._wait_ready("trainer-controller-manager", health)
         root = harness.module_dir(*TRAINER) / "manifests/base/webhook"
-        docs = _yaml_docs(root / "manifests.yaml")
+        docs = harness.yaml_documents(root / "manifests.yaml")
         patches = {"MutatingWebhookConfiguration": "patch_mutating.yaml",
                    "ValidatingWebhookConfiguration": "patch_validating.yaml"}
         for doc in docs:
@@ -414,16 +410,16 @@ class Stack:
         ], env=self._env())
         self._wait_ready("kueue", health)
         root = harness.module_dir(*KUEUE) / "config/components/webhook"
-        docs = _yaml_docs(root / "manifests.yaml")
+        docs = harness.yaml_documents(root / "manifests.yaml")
         for doc in docs:
             doc["webhooks"] = [h for h in doc.get("webhooks", []) if _kueue_wants(h)]
         self._webhooks_up(api, loopback_webhooks(docs, port=webhook, ca_bundle=self.ca_bundle, prefix="e2e-kueue"))
 
     def _start_kwok(self) -> None:
         root = harness.module_dir(*KWOK) / "kustomize/stage"
-        stages = [*_yaml_docs(root / "node/fast/node-initialize.yaml"),
-                  *_yaml_docs(root / "pod/fast/pod-ready.yaml"),
-                  *_yaml_docs(root / "pod/fast/pod-delete.yaml")]
+        stages = [*harness.yaml_documents(root / "node/fast/node-initialize.yaml"),
+                  *harness.yaml_documents(root / "pod/fast/pod-ready.yaml"),
+                  *harness.yaml_documents(root / "pod/fast/pod-delete.yaml")]
         config = self.workdir / "kwok.yaml"
         config.write_text(yaml.safe_dump_all(stages))
         port = harness.free_port()
