@@ -15,16 +15,15 @@ from __future__ import annotations
 import pathlib
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 
-import kubernetes.client
 import pytest
 
 from controller import admission
 from devcluster import harness, local, scenario
 from devcluster import procs, stack as stack_mod
+from tests import namespaces
 
 
 _live: list[stack_mod.Stack] = []  # the cluster now, if one runs
@@ -107,12 +106,7 @@ def namespace(stack: stack_mod.Stack) -> Iterator[str]:
     with stack.plane.api_client() as api:
         harness.create_namespace(api, name)
         yield name
-        core = kubernetes.client.CoreV1Api(api)
-        core.delete_namespace(name)
-        deadline = time.monotonic() + 90
-        while core.list_namespaced_pod(name).items:
-            assert time.monotonic() < deadline, f"the pods of {name} were not gone 90 s after its deletion"
-            time.sleep(0.5)
+        namespaces.leave(api, [name], timeout=90)
 
 
 @pytest.fixture

@@ -95,6 +95,7 @@ import kubernetes.client
 from controller import admission
 from devcluster import harness, install, scenario as flow, stack as stack_mod
 from devcluster.scenario import Execution, Scenario
+from tests import namespaces
 from tests.faults import checks
 from toolkit import adapter, names, raising
 
@@ -422,9 +423,7 @@ class FaultMachine(hypothesis.stateful.RuleBasedStateMachine):
     def teardown(self) -> None:
         """Delete the namespace and wait for its pods to go: the next example needs the node's CPUs."""
         try:
-            kubernetes.client.CoreV1Api(self.api).delete_namespace(self.namespace)
-            self.sc.wait("the example's pods to go", lambda: not kubernetes.client.CoreV1Api(
-                self.api).list_namespaced_pod(self.namespace).items)
+            namespaces.leave(self.api, [self.namespace], timeout=90)
         finally:
             self.api.close()
             shutil.rmtree(self.marks, ignore_errors=True)

@@ -20,7 +20,7 @@ import kubernetes.client
 import pytest
 
 from devcluster import stack as stack_mod
-from tests import waiting
+from tests import namespaces
 from tests.conftest import a_node_cluster
 from tests.node import kit
 
@@ -59,16 +59,11 @@ def _shared() -> stack_mod.Stack:
 
 
 def _leave_no_test_namespace(running: stack_mod.Stack) -> None:
-    """Delete the module's namespaces, their pods at once (no grace: nothing in them is judged any
-    more), and wait for those pods to be gone from the node; the namespaces go on their own."""
+    """Delete the module's namespaces (`namespaces.leave`)."""
     with running.plane.api_client() as api:
         core = kubernetes.client.CoreV1Api(api)
-        namespaces = [n.metadata.name for n in core.list_namespace(label_selector=f"{kit.TEST_LABEL}=true").items]
-        for namespace in namespaces:
-            core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-            core.delete_namespace(namespace)
-        waiting.until("the module's pods to be gone",
-                      lambda: not any(core.list_namespaced_pod(n).items for n in namespaces), timeout=PODS_GONE_SECONDS)
+        found = [n.metadata.name for n in core.list_namespace(label_selector=f"{kit.TEST_LABEL}=true").items]
+        namespaces.leave(api, found, timeout=PODS_GONE_SECONDS)
 
 
 @pytest.fixture(scope="module")
