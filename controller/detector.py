@@ -54,6 +54,7 @@ below its own, or its pods were created on both sides of a raise.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable
@@ -170,7 +171,7 @@ def resumed(pod: Obj, trainjob: Obj, *, admitted: bool | None) -> detect.Violati
     after our check's Ready, so it is one only when the TrainJob's Workload is not admitted
     through our check now (`admitted` False: started by hand, or admitted by a ClusterQueue that
     does not list our check)."""
-    writer = raising.unsuspended_by(trainjob)
+    writer = raising.unsuspended_at(trainjob)
     created = (pod.get("metadata") or {}).get("creationTimestamp")
     if writer is None or not isinstance(created, str) or created < writer[1]:
         return None
@@ -181,15 +182,36 @@ def resumed(pod: Obj, trainjob: Obj, *, admitted: bool | None) -> detect.Violati
                                         time=writer[1], raised_at=last[1] if last else None)
 
 
-def admitted_by(workloads: list[Obj], trainjob: Obj, *, ours: set[str]) -> bool:
-    """Pure: the TrainJob's Workload (owned by its UID) has a check of ours Ready, or is being
-    evicted (its pods are on their way out)."""
+def admitted_by(workloads: list[Obj], trainjob: Obj, *, ours: set[str] | None,
+                unsuspended: str | None = None) -> bool | None:
+    """Pure: whether the TrainJob's Workload (owned by its UID) stands admitted through a check of
+    ours for the pods of the unsuspend at `unsuspended` (the apiserver's time; None: not known).
+
+    - None when our checks are not known yet (`ours` None: the controller's cache of them has not
+      synced): "not known yet" is never "not ours".
+    - Evicted (preempted, or deactivated: `spec.active` false, Kueue's own hold): its pods are on
+      their way out, so True for an unsuspend from before the eviction; False for one after it by
+      more than the clock margin (`detect.SKEW_SECONDS`; Kueue's condition time is its own clock):
+      a `kubectl patch ... suspend:false` while evicted or held starts pods that no admission of
+      ours raised A for. A Workload deactivated that Kueue has not evicted yet counts as evicted
+      from then on, for any unsuspend.
+    - Else True when a check of ours is Ready on it."""
+    if ours is None:
+        return None
     for workload in workloads:
         if not marks.owned_by(workload, trainjob):
             continue
         status = workload.get("status") or {}
-        if any(c.get("type") == "Evicted" and c.get("status") == "True" for c in status.get("conditions") or []):
+        evicted = next((c for c in status.get("conditions") or []
+                        if c.get("type") == "Evicted" and c.get("status") == "True"), None)
+        if evicted is not None:
+            since = evicted.get("lastTransitionTime")
+            if (unsuspended is not None and isinstance(since, str) and detect.is_timestamp(since)
+                    and detect.is_timestamp(unsuspended) and detect.after(unsuspended, since)):
+                return False
             return True
+        if (workload.get("spec") or {}).get("active") is False:
+            return unsuspended is None
         if any(e.get("name") in ours and e.get("state") == "Ready" for e in status.get("admissionChecks") or []):
             return True
     return False
@@ -217,7 +239,10 @@ def _repeat_by_time(pod: Obj, trainjob: Obj, recorded: history.History) -> detec
     if a is None or j is None or not isinstance(created, str) or not detect.is_timestamp(created):
         return None
     key = {"a": a, "j": j, "jobset_uid": labels.get(names.JOBSET_UID_LABEL), "created": created}
+    writer = raising.unsuspended_at(trainjob, recorded)
     return (history.repeat_across_raise(recorded, **key, raises=raising.raises(trainjob, recorded))
+            or history.repeat_across_unsuspend(recorded, **key, unsuspended=writer[1] if writer else None)
+            or history.repeat_after_stop(recorded, **key, stopped=detect.stop_requested(meta))
             or history.repeat_by_creation(recorded, **key, adopted=history.adopted_at(trainjob)))
 
 
@@ -273,21 +298,26 @@ def confirmed(*, trainjob: Obj, pod: Obj | None, jobset: Obj | None) -> list[det
 
 class Detector:
     def __init__(self, client: kube.Client, *, metrics: Any = None, clock: Callable[[], str] = detect.now,
-                 ours: Callable[[], set[str]] | None = None) -> None:
+                 ours: Callable[[], set[str] | None] | None = None) -> None:
         self.client = client
         self.metrics = metrics
         self.clock = clock  # the time recorded in the history
-        # The names of the AdmissionChecks whose controllerName is ours (the controller keeps them).
+        # The names of the AdmissionChecks whose controllerName is ours (the controller keeps them);
+        # None while they are not known yet (its cache has not synced).
         self.ours = ours if ours is not None else (lambda: admission_checks.ours(client))
 
     def _admitted(self, pod: Obj, trainjob: Obj) -> bool | None:
         """Kueue mode, when the resume rule needs it: the TrainJob's Workload admitted through our
         check now (a list of the namespace's Workloads); None when the rule does not need it."""
         labels = trainjob["metadata"].get("labels") or {}
-        if names.KUEUE_QUEUE_LABEL not in labels or not marks.is_live(pod) or raising.unsuspended_by(trainjob) is None:
+        writer = raising.unsuspended_at(trainjob)
+        if names.KUEUE_QUEUE_LABEL not in labels or not marks.is_live(pod) or writer is None:
+            return None
+        ours = self.ours()
+        if ours is None:
             return None
         workloads, _ = self.client.list(paths.WORKLOAD, namespace=trainjob["metadata"]["namespace"])
-        return admitted_by(workloads, trainjob, ours=self.ours())
+        return admitted_by(workloads, trainjob, ours=ours, unsuspended=writer[1])
 
     def _flag(self, *, namespace: str, name: str, violation: detect.Violation) -> bool:
         new = adapter.flag_foreign(
@@ -355,6 +385,9 @@ class Detector:
         verdict = f"foreign: {found[0].rule}" if found else "ok"
         observation = history.from_pod(pod, trainjob, now=self.clock(), verdict=verdict)
         if observation is not None:
+            # The unsuspend read now is kept with it: its earliest time, should a later write of the
+            # same manager move its managedFields time (history.with_unsuspend).
+            observation = dataclasses.replace(observation, unsuspend=raising.unsuspend_seen(trainjob))
             adapter.record_execution(self.client, namespace=namespace, name=name, observation=observation,
                                      first=None if flagged else trainjob)
         return flagged

@@ -21,7 +21,8 @@ _VALUE_LIMIT = 80  # a seen value quoted in the message; a malformed one may be 
 
 # Named tuples, not dataclasses: dataclasses imports inspect (ast, dis, tokenize...), ~1.7 MB of
 # RSS in every pod (bench/sidecar).
-class Seen(collections.namedtuple("Seen", "pod admission restart floor recorded_uid jobset_uid")):
+class Seen(collections.namedtuple("Seen", "pod admission restart floor recorded_uid jobset_uid stopped",
+                                  defaults=(None,))):
     __slots__ = ()
     pod: str
     admission: str | None  # pod annotation; None when absent
@@ -29,6 +30,7 @@ class Seen(collections.namedtuple("Seen", "pod admission restart floor recorded_
     floor: str | None  # TrainJob annotation
     recorded_uid: str | None  # TrainJob annotation dispatch.phpboyscout.uk/jobset-uid
     jobset_uid: str | None  # the pod's JobSet; None when it could not be learnt
+    stopped: str | None  # when the TrainJob's history records this pod's execution stopped; None: not
 
 
 def violations(seen: Seen) -> list[detect.Violation]:
@@ -45,6 +47,12 @@ def violations(seen: Seen) -> list[detect.Violation]:
         uid = detect.jobset_uid(recorded=seen.recorded_uid, seen=seen.jobset_uid)
         if uid is not None:
             found.append(uid)
+    a, j = detect.parse_count(seen.admission), detect.parse_count(seen.restart)
+    if pod is None and seen.stopped is not None and a is not None and j is not None:
+        # This pod starts in an execution whose pods were already being stopped: resumed without a
+        # new admission (a suspend by hand undone by Kueue, an unsuspend by hand while evicted).
+        # Its own creation time is not in the Downward API; the controller confirms by it.
+        found.append(detect.resumed_after_stop(a=a, j=j, created=None, stopped=seen.stopped))
     return found
 
 
@@ -75,6 +83,10 @@ def seen_from(*, pod_name: str, labels: dict[str, str], annotations: dict[str, s
         tj_annotations = {}
     floor = tj_annotations.get(names.FLOOR_ANNOTATION)
     recorded = tj_annotations.get(names.JOBSET_UID_ANNOTATION)
+    a = detect.parse_count(annotations.get(names.ADMISSION_ANNOTATION))
+    j = detect.parse_count(labels.get(names.RESTART_LABEL))
+    stopped = (None if a is None or j is None else
+               detect.stopped_in_history(tj_annotations.get(names.HISTORY_ANNOTATION), a=a, j=j, jobset_uid=jobset_uid))
     return Seen(
         pod=pod_name,
         admission=annotations.get(names.ADMISSION_ANNOTATION),
@@ -82,4 +94,5 @@ def seen_from(*, pod_name: str, labels: dict[str, str], annotations: dict[str, s
         floor=floor if isinstance(floor, str) else None,
         recorded_uid=recorded if isinstance(recorded, str) else None,
         jobset_uid=jobset_uid,
+        stopped=stopped,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import json
 import re
 
 from toolkit import names
@@ -99,6 +100,71 @@ def now() -> str:
 def is_timestamp(value: str) -> bool:
     """The apiserver's format, in which text order is time order."""
     return bool(_TIMESTAMP.fullmatch(value))
+
+
+# The clock skew allowed between the apiserver replicas that stamp the times the rules compare
+# (docs/adapter.md, "Clocks"). A rule that flags on "B came after A" where the two stamps may come
+# from different replicas flags only when B is more than this after A; a rule that flags on "B did
+# not come after A" gives the same margin the other way.
+SKEW_SECONDS = 1
+
+
+def _seconds(value: str) -> int:
+    return int(datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+               .replace(tzinfo=datetime.timezone.utc).timestamp())
+
+
+def after(later: str, earlier: str, *, margin: int = SKEW_SECONDS) -> bool:
+    """`later` is more than `margin` seconds after `earlier` (two apiserver stamps, to the second)."""
+    return _seconds(later) - _seconds(earlier) > margin
+
+
+def shifted(value: str, seconds: int) -> str:
+    """An apiserver stamp moved by a number of seconds, in the same format."""
+    moment = datetime.datetime.fromtimestamp(_seconds(value) + seconds, tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def stop_requested(meta: dict) -> str | None:
+    """When the apiserver was first asked to delete a pod: its deletionTimestamp less its
+    deletionGracePeriodSeconds. A later delete may only shorten the grace, and the apiserver then
+    moves the deletionTimestamp back by as much, so the difference stays the first request's time,
+    stamped by the apiserver's clock. None for a pod not being deleted."""
+    stamp = meta.get("deletionTimestamp")
+    grace = meta.get("deletionGracePeriodSeconds", 0)
+    if not isinstance(stamp, str) or not is_timestamp(stamp) or type(grace) is not int or grace < 0:
+        return None
+    return shifted(stamp, -grace)
+
+
+def resumed_after_stop(*, a: int, j: int, created: str | None, stopped: str) -> Violation:
+    """A pod of an execution created after a pod of the same execution (A, J and JobSet) was stopped:
+    the execution was stopped (a suspend, an eviction) and resumed without a new admission. A
+    legitimate execution never creates a pod once one of its pods was deleted: a deleted trainer pod
+    fails its Job (backoffLimit 0), which ends the execution (a JobSet restart, J + 1). `created`
+    None: the sidecar's word for its own pod, whose creation time it cannot read."""
+    return Violation(
+        "r-repeat",
+        f"the execution A={a} J={j}, R {a + j}, has a pod {'created at ' + created if created else 'starting now'}, "
+        f"after a pod of it was stopped at {stopped}: it was resumed without a new admission, so its epoch repeats",
+    )
+
+
+def stopped_in_history(history_text: object, *, a: int, j: int, jobset_uid: str | None) -> str | None:
+    """When the TrainJob's history (its annotation's text, toolkit.history's format) records the
+    execution (A, J, JobSet) as stopped; None when it does not, or cannot be read. The sidecar's
+    reading: plain JSON, no dataclasses (its memory budget)."""
+    if not isinstance(history_text, str):
+        return None
+    try:
+        doc = json.loads(history_text)
+        for e in doc.get("executions") or []:
+            if (e.get("a"), e.get("j"), e.get("jobsetUid")) == (a, j, jobset_uid):
+                stopped = e.get("stopped")
+                return stopped if isinstance(stopped, str) and is_timestamp(stopped) else None
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return None
 
 
 def created_below_floor(*, pod_name: str, admission: int, floor: int, raised_at: str) -> Violation | None:

@@ -10,6 +10,8 @@ ADMISSION_ANNOTATION = f"{DOMAIN}/admission"
 FLOOR_ANNOTATION = f"{DOMAIN}/admission-floor"
 JOBSET_UID_ANNOTATION = f"{DOMAIN}/jobset-uid"
 FOREIGN_ANNOTATION = f"{DOMAIN}/foreign"
+# The TrainJob's execution history (toolkit.history writes it; the sidecar reads its stop times).
+HISTORY_ANNOTATION = f"{DOMAIN}/history"
 # TrainJob label set to "true" with the foreign annotation and removed with it (toolkit.flagmark),
 # so that a label selector finds every flagged TrainJob.
 FOREIGN_LABEL = f"{DOMAIN}/foreign"

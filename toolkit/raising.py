@@ -150,6 +150,28 @@ def unsuspended_by(trainjob: Obj) -> tuple[str, str] | None:
     return max(owners, key=lambda owner: owner[1])
 
 
+def unsuspend_seen(trainjob: Obj) -> tuple[str, int, str] | None:
+    """The TrainJob's last unsuspend by a writer other than a raise (`unsuspended_by`) as the history
+    keeps it: (field manager, the TrainJob's generation, the apiserver's time of that manager's
+    entry). The time is that manager's last write to any field it owns, so a later write of the same
+    manager to a label moves it; the generation moves only with the spec. The history keeps the
+    earliest time seen for one (manager, generation) (`history.unsuspend_time`)."""
+    writer = unsuspended_by(trainjob)
+    generation = (trainjob.get("metadata") or {}).get("generation")
+    if writer is None or type(generation) is not int:
+        return None
+    return writer[0], generation, writer[1]
+
+
+def unsuspended_at(trainjob: Obj, recorded: history.History | None = None) -> tuple[str, str] | None:
+    """`unsuspended_by`, its time the earliest known for this unsuspend (`unsuspend_seen`)."""
+    seen = unsuspend_seen(trainjob)
+    if seen is None:
+        return unsuspended_by(trainjob)
+    recorded = history.of(trainjob) if recorded is None else recorded
+    return seen[0], history.unsuspend_time(recorded, manager=seen[0], generation=seen[1], time=seen[2])
+
+
 def raises(trainjob: Obj, recorded: history.History | None = None) -> list[tuple[int, str]]:
     """Every raise known, as (the floor it set, the apiserver's time of it): the history's and the last.
     `recorded`: the TrainJob's history, when the caller has read it already."""
@@ -264,7 +286,7 @@ def raised(
         if previous is not None:
             recorded = history.with_floor(recorded, floor=previous[0], time=previous[1])
         recorded = dataclasses.replace(recorded, raised=max(recorded.raised, new))
-        annotations[history.HISTORY_ANNOTATION] = history.render(recorded)
+        history.store(annotations, recorded)  # within its room; the raise goes out even past it
     # A raise that is not for a Workload admission (open, release) leaves no marker behind that a
     # later pass of the admission check could take for its own raise.
     annotations.pop(names.RAISED_FOR_ANNOTATION, None)

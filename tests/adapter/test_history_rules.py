@@ -197,8 +197,13 @@ def _at(second: int) -> str:
 
 def test_a_record_keeps_the_earliest_creation_of_its_pods_and_survives_a_round_trip():
     h = _seen(history.History(), 1, 0, created=_at(5))
-    assert history.observe(h, history.Observation(a=1, j=0, jobset_uid="u1", epoch=None, attempt=None, pod="b",
-                                                  time=T0, ended=None, verdict="ok", created=_at(9))) is None
+    later = history.Observation(a=1, j=0, jobset_uid="u1", epoch=None, attempt=None, pod="b", time=T0, ended=None,
+                                verdict="ok", created=_at(9))
+    moved = history.observe(h, later)
+    # A later pod moves the latest creation (the stop rule's side), once: the same again adds nothing.
+    assert moved is not None and [(e.created, e.latest) for e in moved.executions] == [(_at(5), _at(9))]
+    assert history.observe(moved, later) is None
+    h = moved
     h = _seen(h, 1, 0, created=_at(3))  # an earlier pod of it, seen later
     h = dataclasses.replace(h, raised=4)
     again = history.parse(history.render(h))
