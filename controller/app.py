@@ -28,6 +28,19 @@ new `Controller` when it next leads; a worker still in its step after the grace 
 process instead (exit 1), so nothing acts on stale leadership either way. SIGTERM finishes the
 current step and exits 0.
 
+Workers act only on synced caches: "not known yet" is never "not ours". The informers start with
+the workers, and the handlers queue keys from the first list on, but no worker takes a key until
+every informer has listed once (`_caches_synced`); what arrives meanwhile waits in the queue.
+`_ours`, the detector's view of our AdmissionChecks, is None (unknown) until their informer has
+listed, never an empty set that would judge a running Kueue pod as admitted by no check of ours.
+
+A leader that cannot renew steps down in time: its term ends at most the renew deadline after
+the start of its last renewal that succeeded, even while a Lease call is blocked on a connection
+that never answers (`kube.run_leader_election`: a watchdog beside the renew loop, and every Lease
+call bounded by min(retry period, renew deadline / 2)). A standby takes the Lease a lease
+duration after it last saw it renewed, so the lease duration minus the renew deadline (5 s by
+default) is the margin in which the old leader's workers finish their step (the 2 s grace).
+
 Settings come from the environment (DISPATCH_CONTROLLER_*), overridden by
 the CLI's options; one table and one parser for both (`settings`).
 """
@@ -119,8 +132,9 @@ class Controller:
         # says whether to look, and it is read fresh before its status is written; the JobSet rule
         # reads the UID): their specs, which hold every pod template, are not kept, nor any object's
         # managedFields; of a pod's spec only what the detector judges (`pod_view`; bench/admission).
+        self.checks = mk(paths.ADMISSION_CHECK, self._on_check)
         self.informers = [
-            mk(paths.ADMISSION_CHECK, self._on_check),
+            self.checks,
             mk(paths.WORKLOAD, self._on_workload, transform=slim),
             mk(paths.JOBSET, self._on_jobset, transform=slim),
             mk(paths.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL, transform=pod_view),
@@ -187,7 +201,11 @@ class Controller:
         if kind != "DELETED":
             self.queue.add(("event", event["metadata"]["namespace"], event["metadata"]["name"]), event)
 
-    def _ours(self) -> set[str]:
+    def _ours(self) -> set[str] | None:
+        """The names of our AdmissionChecks, or None while their informer has not listed them: an
+        empty set then would judge every Kueue pod as not admitted through our check."""
+        if not self.checks.synced.is_set():
+            return None
         with self._ours_lock:
             return set(self.ours)
 
@@ -244,7 +262,19 @@ class Controller:
         elif kind == "event":
             self.detector.event(obj)
 
+    def _caches_synced(self) -> bool:
+        """Block until every informer has listed once (True) or the term ends (False)."""
+        for inf in self.informers:
+            while not inf.synced.wait(0.1):
+                if self.stop.is_set():
+                    return False
+        return not self.stop.is_set()
+
     def _worker(self) -> None:
+        # A key queued before every cache has listed waits in the queue: a step judged against a
+        # cache still empty would take "not known yet" for "not ours" (no check of ours, no pod).
+        if not self._caches_synced():
+            return
         while not self.stop.is_set():
             got = self.queue.get(timeout=0.5)
             if got is None:

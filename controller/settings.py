@@ -99,10 +99,10 @@ TABLE: tuple[Spec, ...] = (
     Spec("lease_name", "dns-subdomain", "dispatch-controller", "Name of the Lease"),
     Spec("lease_namespace", "dns-label", "dispatch-system", "Namespace of the Lease"),
     Spec("lease_duration", "int", 15, "Lease duration in seconds", (3, 3600)),
-    Spec("renew_deadline", "int", None, "Leader renew deadline in seconds (unset: 2/3 of the lease duration)",
-         (1, 3600)),
-    Spec("retry_period", "int", None, "Leader election retry period in seconds (unset: 2, or 1 under a 6 s lease)",
-         (1, 3600)),
+    Spec("renew_deadline", "int", None, "Leader renew deadline in seconds: a leader whose last renewal started "
+         "longer ago stops its work (unset: 2/3 of the lease duration)", (1, 3600)),
+    Spec("retry_period", "int", None, "Leader election retry period in seconds, also the longest a Lease call "
+         "waits for its answer (at most half the renew deadline; unset: 2, or 1 under a 6 s lease)", (1, 3600)),
     Spec("health_port", "int", 8080, "Port of the probes /healthz and /readyz (plain HTTP); 0 picks one",
          (0, 65535)),
     Spec("health_host", "host", "0.0.0.0", "Address the probes bind to"),
