@@ -53,6 +53,7 @@ it any more.
 
 from __future__ import annotations
 
+import json
 import pathlib
 import shutil
 import signal
@@ -179,11 +180,19 @@ ADOPT_REASON = "JobSet deleted by hand during maintenance; checkpoints verified"
 
 
 def _stage_adopt(low: scenario.Scenario) -> None:
-    """A person's decision: `toolkit adopt` clears the flag and sets the next execution above the
+    """A person's decision: they read the causes (`toolkit status`, its fingerprint of them), then
+    `toolkit adopt --reviewed` with it clears the flag and sets the next execution above the
     high-water mark of R; Kueue evicts and re-admits the TrainJob through our check, which raises A
     to that minimum; the next execution's epoch is above every earlier one."""
-    say(f"adopt: toolkit adopt {low.name} --reason {ADOPT_REASON!r}")
-    ran = _toolkit(low, "adopt", low.name, "-n", low.namespace, "--reason", ADOPT_REASON)
+    for _ in range(3):  # a cause flagged after the read (a sidecar's report confirmed late) is read again
+        shown = _toolkit(low, "status", low.name, "-n", low.namespace, "-o", "json")
+        expect(shown.returncode == 0, f"toolkit status succeeds (exit {shown.returncode}: {shown.stderr.strip()})")
+        reviewed = json.loads(shown.stdout)["foreign_fingerprint"]
+        say(f"adopt: toolkit adopt {low.name} --reviewed {reviewed} --reason {ADOPT_REASON!r}")
+        ran = _toolkit(low, "adopt", low.name, "-n", low.namespace, "--reviewed", reviewed, "--reason", ADOPT_REASON)
+        if "the causes changed since they were reviewed" not in ran.stderr:
+            break
+        say(f"  {ran.stderr.strip()}")
     expect(ran.returncode == 0, f"toolkit adopt succeeds (exit {ran.returncode}: {ran.stderr.strip()})")
     for line in ran.stdout.strip().splitlines():
         say(f"  {line}")

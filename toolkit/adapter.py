@@ -12,8 +12,12 @@ Invariants:
 - Every write that changes A goes through `raise_admission`: one update
   preconditioned on the resourceVersion it was computed from; a 409 is
   re-read and recomputed, never re-sent.
-- Open and Release unsuspend in the same update that raises, so no pod can
-  start with the previous A.
+- Plain mode: open and release unsuspend in the same update that raises, so
+  no pod can start with the previous A.
+- Kueue mode (the TrainJob's queue label): nothing here unsuspends or raises.
+  Hold and release set the Workload's spec.active (Kueue's own hold), and the
+  admission check raises A at the next admission; a spec.suspend of ours
+  would be undone by Kueue while the Workload is admitted.
 - Start never changes an existing TrainJob: the name is a function of the
   job and submission, so AlreadyExists means "already started".
 - Flagging foreign only adds annotations, a label and an Event; nothing here stops,
@@ -57,6 +61,9 @@ class Raised:
     written: bool = True
     jobset_reset: str | None = None  # a JobSet UID mismatch seen (and flagged) before the raise
     generation: int | None = None  # the TrainJob's metadata.generation after the write (or as found)
+    # Kueue mode's release: the Workloads set spec.active true (A untouched: the check raises it
+    # at their next admission).
+    requeued: tuple[str, ...] = ()
 
 
 def raise_admission(
@@ -231,10 +238,65 @@ def _admit(client: kube.Client, *, namespace: str, name: str, trainjob: Obj) -> 
     return dataclasses.replace(raised, jobset_reset=reset)
 
 
+def is_kueue_mode(trainjob: Obj) -> bool:
+    """Kueue admits it (its queue label): Kueue, not a raise of ours, unsuspends it."""
+    return names.KUEUE_QUEUE_LABEL in ((trainjob.get("metadata") or {}).get("labels") or {})
+
+
+def workloads_of(client: kube.Client, *, trainjob: Obj) -> list[Obj]:
+    """The Workloads Kueue made for this very TrainJob (`marks.owned_by`: its UID), not being
+    deleted, sorted by name. Kueue keeps one per job; a predecessor's lingers until collected."""
+    meta = trainjob["metadata"]
+    listed, _ = client.list(paths.WORKLOAD, namespace=meta["namespace"])
+    return sorted((w for w in listed if marks.owned_by(w, trainjob) and not w["metadata"].get("deletionTimestamp")),
+                  key=lambda w: str(w["metadata"]["name"]))
+
+
+def is_active(workload: Obj) -> bool:
+    """Kueue's reading of spec.active: unset is active."""
+    return (workload.get("spec") or {}).get("active") is not False
+
+
+def _queued_workloads(client: kube.Client, *, trainjob: Obj) -> list[Obj]:
+    found = workloads_of(client, trainjob=trainjob)
+    if not found:
+        meta = trainjob["metadata"]
+        raise AdapterError(
+            f"TrainJob {meta['namespace']}/{meta['name']}: not yet queued by Kueue: no Workload owned by it; "
+            "in Kueue mode hold and release act on its Workload, so try again once Kueue has made it"
+        )
+    return found
+
+
+def _set_active(client: kube.Client, *, workload: Obj, active: bool) -> bool:
+    """Set the Workload's spec.active, preconditioned on the version read (a 409 re-reads). True
+    when written; False when it already was (or is gone)."""
+
+    def compute(found: Obj) -> tuple[Obj | None, bool]:
+        if is_active(found) == active:
+            return None, False
+        found.setdefault("spec", {})["active"] = active
+        return found, True
+
+    meta = workload["metadata"]
+    try:
+        changed, _ = client.read_modify_write(paths.WORKLOAD, name=meta["name"], namespace=meta["namespace"],
+                                              compute=compute, first=workload)
+    except kube.NotFound:
+        return False
+    return changed
+
+
 def open_(client: kube.Client, *, namespace: str, name: str) -> Raised:
     """Plain mode: raise A and unsuspend, in one preconditioned update (after
-    the runtime check and the JobSet UID record, see `_admit`)."""
+    the runtime check and the JobSet UID record, see `_admit`). Refused in
+    Kueue mode, where Kueue admits through our check."""
     trainjob = _get_trainjob(client, namespace=namespace, name=name)
+    if is_kueue_mode(trainjob):
+        raise AdapterError(
+            f"TrainJob {namespace}/{name} is in Kueue mode (label {names.KUEUE_QUEUE_LABEL}): Kueue admits it "
+            "through the admission check, which raises A; open is plain mode's"
+        )
     return _admit(client, namespace=namespace, name=name, trainjob=trainjob)
 
 
@@ -245,28 +307,80 @@ def live_pods(client: kube.Client, *, namespace: str, name: str) -> list[str]:
     return sorted(str(p["metadata"]["name"]) for p in pods if marks.is_live(p))
 
 
+def _refuse_live_pods(client: kube.Client, *, namespace: str, name: str) -> None:
+    live = live_pods(client, namespace=namespace, name=name)
+    if live:
+        more = f" and {len(live) - 1} more" if len(live) > 1 else ""
+        raise AdapterError(
+            f"TrainJob {namespace}/{name}: pod {live[0]}{more} of the held execution still running; "
+            "release once the hold has stopped them (they would run below the raised floor)"
+        )
+
+
 def release(client: kube.Client, *, namespace: str, name: str) -> Raised:
-    """Plain mode: a held TrainJob resumes with A raised, as open does; but
-    not while pods of the held execution still run. Right after a hold,
-    Trainer, JobSet and the Job controller have not yet stopped them; a
-    raise then would leave them running below the new floor, where the
-    detector (and their sidecars) would flag the TrainJob foreign for
-    nothing. Terminating pods do not count: nothing judges them."""
+    """A held TrainJob resumes; but not while pods of the held execution
+    still run. Right after a hold, Trainer, JobSet and the Job controller
+    have not yet stopped them; a raise then would leave them running below
+    the new floor, where the detector (and their sidecars) would flag the
+    TrainJob foreign for nothing. Terminating pods do not count: nothing
+    judges them.
+
+    Plain mode: A is raised in the update that unsuspends, as open does.
+    Kueue mode: the TrainJob's Workloads are set spec.active true and
+    nothing else is written: Kueue queues them again, and the next admission
+    goes through our check, whose controller raises A. Refused until Kueue
+    has suspended the TrainJob after the hold (its execution may still run),
+    and when no Workload is inactive (nothing is held)."""
     trainjob = _get_trainjob(client, namespace=namespace, name=name)
+    if is_kueue_mode(trainjob):
+        return _release_workloads(client, trainjob=trainjob)
     if raising.is_suspended(trainjob):
-        live = live_pods(client, namespace=namespace, name=name)
-        if live:
-            more = f" and {len(live) - 1} more" if len(live) > 1 else ""
-            raise AdapterError(
-                f"TrainJob {namespace}/{name}: pod {live[0]}{more} of the held execution still running; "
-                "release once the hold has stopped them (they would run below the raised floor)"
-            )
+        _refuse_live_pods(client, namespace=namespace, name=name)
     return _admit(client, namespace=namespace, name=name, trainjob=trainjob)
 
 
-def hold(client: kube.Client, *, namespace: str, name: str) -> bool:
-    """Suspend; True when it was running. A is not touched (the next open or
-    release raises it)."""
+def _release_workloads(client: kube.Client, *, trainjob: Obj) -> Raised:
+    meta = trainjob["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    held = [w for w in _queued_workloads(client, trainjob=trainjob) if not is_active(w)]
+    where = f"TrainJob {namespace}/{name}"
+    if not held:
+        raise AdapterError(f"{where} is not held: no Workload of it has spec.active false")
+    first = held[0]["metadata"]["name"]
+    if not raising.is_suspended(trainjob):
+        raise AdapterError(f"{where}: Kueue has not yet suspended it after the hold (Workload {first} "
+                           "spec.active false); release once it is suspended")
+    _refuse_live_pods(client, namespace=namespace, name=name)
+    # As plain mode's release: the runtime (the check would reject the admission) and the JobSet UID.
+    check_runtime(client, trainjob=trainjob)
+    reset = check_jobset(client, namespace=namespace, name=name, jobset=_jobset(client, trainjob=trainjob))
+    requeued = tuple(w["metadata"]["name"] for w in held if _set_active(client, workload=w, active=True))
+    return Raised(raising.counts(trainjob).current, 0, written=False, jobset_reset=reset,
+                  generation=_generation(trainjob), requeued=requeued)
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    changed: bool  # False: it was already held
+    workloads: tuple[str, ...] = ()  # Kueue mode: its Workloads (set spec.active false, or found so)
+
+
+def holding(client: kube.Client, *, namespace: str, name: str) -> Held:
+    """Hold the TrainJob; A is not touched (the next admission raises it).
+
+    Plain mode: spec.suspend true, preconditioned on the TrainJob read.
+    Kueue mode: Kueue's own hold, spec.active false on its Workloads, each
+    preconditioned on the Workload read. Kueue then evicts the Workload
+    (Deactivated), suspends the TrainJob and resets every admission check
+    to Pending. Setting spec.suspend instead would be undone by Kueue at
+    once (the Workload is still admitted), and the JobSet's pods would come
+    back with the same A and J. Refused when Kueue has not made a Workload
+    for it yet."""
+    trainjob = _get_trainjob(client, namespace=namespace, name=name)
+    if is_kueue_mode(trainjob):
+        found = _queued_workloads(client, trainjob=trainjob)
+        changed = [_set_active(client, workload=w, active=False) for w in found]
+        return Held(any(changed), tuple(w["metadata"]["name"] for w in found))
 
     def compute(trainjob: Obj) -> tuple[Obj | None, bool]:
         if raising.is_suspended(trainjob):
@@ -275,10 +389,16 @@ def hold(client: kube.Client, *, namespace: str, name: str) -> bool:
         return trainjob, True
 
     try:
-        changed, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute)
+        changed_plain, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace,
+                                                    compute=compute, first=trainjob)
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
-    return changed
+    return Held(changed_plain)
+
+
+def hold(client: kube.Client, *, namespace: str, name: str) -> bool:
+    """`holding`: True when it changed something (it was not held yet)."""
+    return holding(client, namespace=namespace, name=name).changed
 
 
 # -- foreign flag -----------------------------------------------------
@@ -362,7 +482,7 @@ class Status:
 
     namespace: str
     name: str
-    state: str  # "suspended" or "running"
+    state: str  # "suspended", "running", or HELD (Kueue mode: a Workload of it has spec.active false)
     execution: str  # "current" when running, "next" when suspended
     admission: int  # A of that execution
     restarts: int  # J of that execution (the JobSet's status.restarts; 0 without a JobSet)
@@ -384,8 +504,13 @@ class Status:
         return dataclasses.asdict(self)
 
 
-def compute_status(trainjob: Obj, jobset: Obj | None) -> Status:
-    """Pure: the status of a TrainJob from it and its JobSet."""
+HELD = "held (Workload spec.active false)"
+
+
+def compute_status(trainjob: Obj, jobset: Obj | None, *, workloads: list[Obj] | None = None) -> Status:
+    """Pure: the status of a TrainJob from it, its JobSet and (Kueue mode) its Workloads. Held
+    by Kueue's own hold (a Workload inactive) reads HELD once Kueue has suspended it; until then
+    its execution still runs, and the state says that."""
     meta = trainjob["metadata"]
     annotations = meta.get("annotations") or {}
     counts = raising.counts(trainjob)
@@ -405,7 +530,7 @@ def compute_status(trainjob: Obj, jobset: Obj | None) -> Status:
     return Status(
         namespace=meta.get("namespace", ""),
         name=meta["name"],
-        state="suspended" if suspended else "running",
+        state=_state(suspended=suspended, held=any(not is_active(w) for w in workloads or [])),
         execution="next" if suspended else "current",
         admission=admission,
         restarts=restarts,
@@ -425,6 +550,12 @@ def compute_status(trainjob: Obj, jobset: Obj | None) -> Status:
     )
 
 
+def _state(*, suspended: bool, held: bool) -> str:
+    if held:
+        return HELD if suspended else "running (Workload spec.active false: Kueue is stopping it)"
+    return "suspended" if suspended else "running"
+
+
 def status(client: kube.Client, *, namespace: str, name: str) -> Status:
     """The status, after recording the JobSet UID if it was not yet (and
     flagging a different one), as open and release do; a caller that may
@@ -439,7 +570,13 @@ def status(client: kube.Client, *, namespace: str, name: str) -> Status:
             except kube.Forbidden:
                 pass  # a reader without update rights: the mismatch is still shown, not recorded
             trainjob = _get_trainjob(client, namespace=namespace, name=name)
-    return compute_status(trainjob, jobset)
+    workloads = None
+    if is_kueue_mode(trainjob):
+        try:
+            workloads = workloads_of(client, trainjob=trainjob)
+        except kube.Forbidden:
+            pass  # a reader who may not list Workloads: the state as the TrainJob shows it
+    return compute_status(trainjob, jobset, workloads=workloads)
 
 
 def is_flagged_with(trainjob: Obj, jobset: Obj) -> bool:

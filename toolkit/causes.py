@@ -7,7 +7,9 @@ and the history shares them), so the list is bounded too, and the bound must
 not break it:
 
 - Whole lines only. A cause that does not fit is dropped, never cut; the
-  value is never longer than `LIMIT` characters.
+  value is never longer than `LIMIT` bytes (UTF-8, as the apiserver counts
+  them), nor than the room our other annotations leave it
+  (`toolkit.history.BUDGET`: all of ours together).
 - Dropped causes are counted, each once. The annotation
   `dispatch.phpboyscout.uk/foreign-dropped` holds `<count> <digest>...`: the
   count, then a short digest of each dropped cause, so a cause seen again
@@ -18,6 +20,10 @@ not break it:
 - Each cause is announced (a Warning Event) exactly when `add` returns a new
   list: once.
 - A cause is one line: newlines and runs of whitespace fold to one space.
+- The list has a `fingerprint`: what a person reviewed, as `toolkit status`
+  prints it. `toolkit adopt` takes it back and is refused when the list has
+  changed since (a cause kept or dropped), so an adoption clears only causes
+  a person has seen.
 
 No I/O: `toolkit.adapter.flag_foreign` reads, calls `add`, and writes the
 result in one preconditioned update.
@@ -32,10 +38,14 @@ import re
 from toolkit import names
 
 DROPPED_ANNOTATION = f"{names.DOMAIN}/foreign-dropped"
-# Characters of kept causes (the foreign annotation's value), newlines included.
+# Bytes (UTF-8) of kept causes (the foreign annotation's value), newlines included.
 LIMIT = 8192
 # Dropped causes remembered by digest (13 characters each in the annotation).
 DIGESTS = 256
+# The most the dropped annotation's value holds: a count (it grows only with a digest) and the digests.
+DROPPED_MOST = len(str(DIGESTS)) + 13 * DIGESTS
+# The most the flag's two annotations take together, keys included: what the history leaves them.
+MOST = len(names.FOREIGN_ANNOTATION) + LIMIT + len(DROPPED_ANNOTATION) + DROPPED_MOST
 
 _COUNT = re.compile(r"0|[1-9][0-9]{0,8}")
 _DIGEST = re.compile(r"[0-9a-f]{12}")
@@ -54,7 +64,28 @@ def fold(cause: str) -> str:
 
 
 def digest(cause: str) -> str:
-    return hashlib.sha256(cause.encode()).hexdigest()[:12]
+    return hashlib.sha256(cause.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def encoded(text: str) -> int:
+    """Bytes of `text` as the apiserver counts an annotation (UTF-8; a lone surrogate, which it
+    reads as U+FFFD, as three)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def fingerprint(causes: Causes) -> str:
+    """What a person reviewed, in 12 hex digits: sha256 over the kept cause lines and the
+    dropped annotation as written (its count and digests), so a cause added either way changes it."""
+    foreign, dropped = render(causes)
+    text = foreign + "\n\n" + (dropped or "")
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def size(causes: Causes) -> int:
+    """Bytes of the flag's annotations as `render` writes them, keys included."""
+    foreign, dropped = render(causes)
+    total = len(names.FOREIGN_ANNOTATION) + encoded(foreign) if foreign else 0
+    return total + (len(DROPPED_ANNOTATION) + encoded(dropped) if dropped is not None else 0)
 
 
 def parse(foreign: str | None, dropped: str | None) -> Causes:
@@ -85,7 +116,7 @@ def add(causes: Causes, cause: str, *, limit: int = LIMIT) -> Causes | None:
     if not line or line in causes.kept:
         return None
     value, _ = render(causes)
-    grown = len(value) + (1 if value else 0) + len(line)
+    grown = encoded(value) + (1 if value else 0) + encoded(line)
     if grown <= limit:
         return dataclasses.replace(causes, kept=[*causes.kept, line])
     mark = digest(line)

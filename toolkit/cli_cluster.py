@@ -80,7 +80,12 @@ def _raise_command(name: str, op: Callable[..., adapter.Raised], doc: str) -> cl
     def cmd(trainjob: str, target: cli_target.Target) -> None:
         namespace = target.namespace
         raised = op(target.client(), namespace=namespace, name=trainjob)
-        click.echo(f"trainjob {namespace}/{trainjob} running with A = {raised.admission}")
+        if raised.requeued:  # Kueue mode's release: the check raises A at the next admission
+            click.echo(f"trainjob {namespace}/{trainjob} released: Workload {', '.join(raised.requeued)} "
+                       f"spec.active true; Kueue admits it again through the check, which raises A above "
+                       f"{raised.admission}")
+        else:
+            click.echo(f"trainjob {namespace}/{trainjob} running with A = {raised.admission}")
         if raised.jobset_reset:
             click.echo(f"warning: flagged foreign: {raised.jobset_reset}", err=True)
         if raised.conflicts:
@@ -94,8 +99,10 @@ open_cmd = _raise_command(
     "\n\n\b\nExample:\n  toolkit open llama-ft-7 -n training"
 )
 release_cmd = _raise_command(
-    "release", adapter.release, "Plain mode: resume a held TRAINJOB, raising A in the update that unsuspends;"
-    " refused while pods of the held execution still run (they would be left below the raised floor)."
+    "release", adapter.release, "Resume a held TRAINJOB; refused while pods of the held execution still run"
+    " (they would be left below the raised floor). Plain mode: A is raised in the update that unsuspends."
+    " Kueue mode: its Workload is set spec.active true, and Kueue admits it again through the admission"
+    " check, which raises A."
     "\n\n\b\nExample:\n  toolkit release llama-ft-7 -n training"
 )
 
@@ -105,15 +112,25 @@ release_cmd = _raise_command(
 @cli_target.target_options()
 @_refusals
 def hold_cmd(trainjob: str, target: cli_target.Target) -> None:
-    """Suspend TRAINJOB (its pods stop; the next open or release raises A).
+    """Hold TRAINJOB: its pods stop, and A is raised before it runs again.
+    Plain mode: spec.suspend true (the next open or release raises A). Kueue
+    mode: its Workload's spec.active false, Kueue's own hold (Kueue evicts it
+    and suspends the TrainJob; release sets it true again); refused while Kueue
+    has not made its Workload.
 
     \b
     Example:
       toolkit hold llama-ft-7 -n training
     """
     namespace = target.namespace
-    changed = adapter.hold(target.client(), namespace=namespace, name=trainjob)
-    click.echo(f"trainjob {namespace}/{trainjob} {'held' if changed else 'was already suspended'}")
+    held = adapter.holding(target.client(), namespace=namespace, name=trainjob)
+    where = f"trainjob {namespace}/{trainjob}"
+    if held.workloads:
+        workloads = ", ".join(held.workloads)
+        click.echo(f"{where} held: Workload {workloads} spec.active false; Kueue evicts it and suspends the TrainJob"
+                   if held.changed else f"{where} was already held (Workload {workloads} spec.active false)")
+    else:
+        click.echo(f"{where} {'held' if held.changed else 'was already suspended'}")
 
 
 def status_table(st: adapter.Status) -> str:

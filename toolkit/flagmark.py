@@ -14,7 +14,10 @@ own filtered watch:
 Invariant: on every object this module writes, the label is present exactly
 when `is_flagged` is true. A TrainJob flagged by a writer that knew no label
 gets it the next time its flag is written (`needs_label`), without a second
-Event.
+Event. The label alone is a flag too: when the apiserver refuses even the
+bounded causes (the object's annotations are full), the label still goes
+out (`toolkit.adapter.flag_foreign`), with the cause in a Warning Event, so
+a flag is never lost.
 
 Pure: plain dicts in and out, no I/O.
 """
@@ -34,9 +37,11 @@ SELECTOR = f"{LABEL}={VALUE}"
 
 
 def is_flagged(trainjob: Obj) -> bool:
-    """Flagged: a cause kept or one counted as dropped."""
+    """Flagged: a cause kept or one counted as dropped, or the label (a flag whose causes the
+    apiserver could not take)."""
     annotations = (trainjob.get("metadata") or {}).get("annotations") or {}
-    return bool(annotations.get(names.FOREIGN_ANNOTATION) or annotations.get(causes.DROPPED_ANNOTATION))
+    return bool(annotations.get(names.FOREIGN_ANNOTATION) or annotations.get(causes.DROPPED_ANNOTATION)
+                or is_labelled(trainjob))
 
 
 def is_labelled(trainjob: Obj) -> bool:

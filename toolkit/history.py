@@ -24,7 +24,8 @@ What it holds:
   is `max(old, new)`, and dropping a record never lowers it;
 - the adoptions (`toolkit adopt`): when, the person's reason, the causes the
   flag held, the mark and the minimum A it set; the last `MAX_ADOPTIONS`,
-  each bounded.
+  each bounded (in bytes as the annotation holds them: JSON escapes a
+  character outside ASCII to 6 bytes, or 12 past the BMP);
 - `raised`: the highest A any raise wrote, written by the raise in its own
   update. It only increases, and the next raise goes above it, so a person
   who deletes the floor annotation and lowers our patch before the
@@ -48,6 +49,15 @@ The rules that use it:
   field manager (`adopted_at`); the adoption record's `time` is that stamp
   too, so a laptop's clock running fast cannot exempt pods created later.
 
+The byte budget: the apiserver refuses (422) an update whose annotations
+pass 256 KiB together, and then the raise, the record and the flag would all
+fail. So every write of ours keeps our annotations (every key under
+`names.DOMAIN`, key and value, in UTF-8 bytes) within `BUDGET`, and the
+history gives way: `store` writes it within the room our other annotations
+and the flag's most (`causes.MOST`) leave, dropping the oldest adoptions'
+causes, then the oldest adoptions, then the oldest executions, each counted
+as the limits count them. `high_water` is never touched, so it never falls.
+
 Writes are never blind: `observe` and `adopt` return the new history, and
 the caller writes it in one update preconditioned on the resourceVersion it
 read (a 409 re-reads and recomputes). `observe` returns None when nothing
@@ -63,6 +73,7 @@ import dataclasses
 import json
 from typing import Any
 
+from toolkit import causes as causes_mod
 from toolkit import detect, identity, marks, names
 
 Obj = dict[str, Any]
@@ -77,8 +88,13 @@ MINIMUM_ANNOTATION = f"{names.DOMAIN}/admission-minimum"
 MAX_EXECUTIONS = 20
 MAX_ADOPTIONS = 5
 MAX_FLOORS = 20
-REASON_LIMIT = 512
-CAUSES_LIMIT = 4096  # characters of causes kept with one adoption
+REASON_LIMIT = 1024  # bytes of the reason as the annotation holds it (JSON-escaped)
+CAUSES_LIMIT = 8192  # bytes of causes kept with one adoption, as the annotation holds them
+# Our annotations together (every key under names.DOMAIN: key and value, UTF-8 bytes) at most: the
+# apiserver's 256 KiB for all of an object's annotations, less a quarter for everyone else's.
+BUDGET = 192 * 1024
+# Left beside the history for our small annotations a write may set after it (a raise's record, a JobSet UID).
+_BESIDE = 1024
 _ENDED_RANK = {None: 0, "succeeded": 1, "stopped": 2, "failed": 3}
 
 
@@ -410,16 +426,91 @@ def repeat_by_creation(history: History, *, a: int, j: int, jobset_uid: str | No
     )
 
 
+def _escaped(text: str) -> int:
+    """Bytes of `text` inside the rendered history (JSON-escaped, ASCII; quotes not counted)."""
+    return len(json.dumps(text)) - 2
+
+
+def _cut(text: str, limit: int) -> str:
+    """The longest start of `text` that takes at most `limit` bytes JSON-escaped."""
+    total = 0
+    for i, char in enumerate(text):
+        total += _escaped(char)
+        if total > limit:
+            return text[:i]
+    return text
+
+
 def _bounded(lines: list[str], limit: int) -> list[str]:
+    """The first lines that fit `limit` bytes together, JSON-escaped (a first line longer than
+    that is cut to it)."""
     kept: list[str] = []
     total = 0
     for line in lines:
-        line = line[:limit]
-        if total + len(line) > limit:
+        line = _cut(line, limit)
+        if total + _escaped(line) > limit:
             break
         kept.append(line)
-        total += len(line)
+        total += _escaped(line)
     return kept
+
+
+def ours(annotations: dict[str, Any], *, without: tuple[str, ...] = ()) -> int:
+    """Bytes of our annotations (keys under `names.DOMAIN`), keys and values, but `without`."""
+    prefix = f"{names.DOMAIN}/"
+    return sum(causes_mod.encoded(key) + causes_mod.encoded(value) for key, value in annotations.items()
+               if key.startswith(prefix) and key not in without and isinstance(value, str))
+
+
+def room(annotations: dict[str, Any]) -> int:
+    """Bytes the history's value may take: `BUDGET` less our other annotations, its own key, the
+    flag's most (or what the flag holds, when more), so a flag written later always fits, and
+    `_BESIDE`."""
+    flag = causes_mod.parse(annotations.get(names.FOREIGN_ANNOTATION), annotations.get(causes_mod.DROPPED_ANNOTATION))
+    others = ours(annotations, without=(HISTORY_ANNOTATION, names.FOREIGN_ANNOTATION, causes_mod.DROPPED_ANNOTATION))
+    return BUDGET - others - len(HISTORY_ANNOTATION) - max(causes_mod.MOST, causes_mod.size(flag)) - _BESIDE
+
+
+def fit(history: History, *, limit: int) -> History:
+    """The history whose rendering takes at most `limit` bytes, dropping as little as it must, in
+    this order: the oldest adoptions' causes (counted in the adoption's `dropped`), then the oldest
+    adoptions (`adoptions_dropped`), then the oldest executions (`dropped`). The mark, the floors
+    and the raised mark stay; when even those do not fit, the least history is returned."""
+    while len(render(history)) > limit:
+        spent = next((i for i, d in enumerate(history.adoptions) if d.causes), None)
+        if spent is not None:
+            d = history.adoptions[spent]
+            bare = dataclasses.replace(d, causes=[], dropped=d.dropped + len(d.causes))
+            history = dataclasses.replace(
+                history, adoptions=history.adoptions[:spent] + (bare,) + history.adoptions[spent + 1:])
+        elif history.adoptions:
+            history = dataclasses.replace(history, adoptions=history.adoptions[1:],
+                                          adoptions_dropped=history.adoptions_dropped + 1)
+        elif history.executions:
+            history = dataclasses.replace(history, executions=history.executions[1:], dropped=history.dropped + 1)
+        else:
+            break
+    return history
+
+
+def store(annotations: dict[str, Any], history: History) -> bool:
+    """Write `history` into `annotations` (in place) within its `room`; False when even the least
+    history does not fit (our other annotations fill the budget: the caller refuses to write)."""
+    limit = room(annotations)
+    value = render(fit(history, limit=limit))
+    annotations[HISTORY_ANNOTATION] = value
+    return len(value) <= limit
+
+
+def make_room(annotations: dict[str, Any]) -> None:
+    """Shrink the history in `annotations` (in place) when it takes more than its room (a flag
+    grown past the reserve, a history written before the budget); an unreadable one is kept."""
+    value = annotations.get(HISTORY_ANNOTATION)
+    if value is None or causes_mod.encoded(value) <= room(annotations):
+        return
+    found = parse(value)
+    if not found.unreadable:
+        store(annotations, found)
 
 
 def adopt(
@@ -444,7 +535,7 @@ def adopt(
     minimum = max(1, next_r - restarts)
     record = Adoption(
         time=time,
-        reason=" ".join(reason.split())[:REASON_LIMIT],
+        reason=_cut(" ".join(reason.split()), REASON_LIMIT),
         causes=_bounded(causes, CAUSES_LIMIT),
         dropped=dropped + max(0, len(causes) - len(_bounded(causes, CAUSES_LIMIT))),
         high_water=history.high_water,

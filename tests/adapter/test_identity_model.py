@@ -534,8 +534,9 @@ class Identity(stateful.RuleBasedStateMachine):
         self._catch_up()
         refusable = history.of(self.store.obj).unreadable or not marks.is_ours(self.store.obj)
         try:
+            reviewed = adapter.compute_status(self.store.obj, None).foreign_fingerprint or ""
             done = adapter.adopt(self.store, namespace="ns", name="tj", reason="checked by a person",
-                                 checks={CHECK})
+                                 reviewed=reviewed, checks={CHECK})
         except adapter.AdapterError:
             # An unreadable history, or every mark of ours removed by hand: a person repairs it
             # first, and the flag stands meanwhile.

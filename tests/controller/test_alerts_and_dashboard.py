@@ -118,7 +118,8 @@ def test_every_expression_parses_selects_exported_metrics_and_the_flag_alert_fol
     assert {"labels": {"namespace": namespace}, "value": 1.0} in flagged
     assert by_expr[alerts["DispatchNoLeader"]]["result"] == []  # this replica leads
 
-    adopted = adapter.adopt(admin, namespace=namespace, name=name, reason="checked")
+    adopted = adapter.adopt(admin, namespace=namespace, name=name, reason="checked",
+                            reviewed=adapter.status(admin, namespace=namespace, name=name).foreign_fingerprint)
     assert not flagmark.is_flagged(admin.get(paths.TRAINJOB, name=name, namespace=namespace)) and adopted.causes
     wait_until(lambda: metrics.sample(ctl.get("/metrics")[1], gauge) is None, what="the gauge's series gone")
     (tmp_path / "adopted").mkdir()

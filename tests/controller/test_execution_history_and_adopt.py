@@ -39,6 +39,18 @@ def _toolkit(control_plane, *args):
     return CliRunner().invoke(cli.root, list(args), env=env, prog_name="toolkit")
 
 
+def _reviewed(control_plane, namespace, name):
+    """The causes' fingerprint as a person reads it: `toolkit status`."""
+    shown = _toolkit(control_plane, "status", name, "-n", namespace, "-o", "json")
+    assert shown.exit_code == 0, shown.output
+    return json.loads(shown.stdout)["foreign_fingerprint"]
+
+
+def _seen(admin, namespace, name):
+    """The causes' fingerprint as `adapter.status` gives it to a script."""
+    return adapter.status(admin, namespace=namespace, name=name).foreign_fingerprint
+
+
 def test_the_history_follows_the_story_survives_a_controller_restart_and_adopt_restores_increasing_epochs(
         control_plane, admin, namespace, start_controller):
     tj = kit.create_trainjob(admin, namespace)
@@ -89,7 +101,8 @@ def test_the_history_follows_the_story_survives_a_controller_restart_and_adopt_r
     assert "1000002000003" in text.stdout  # the epoch of R 3 (kit's prefix)
 
     causes = _foreign(admin, namespace, name).split("\n")
-    adopted = _toolkit(control_plane, "adopt", name, "-n", namespace, "--reason", "JobSet deleted by hand; checked")
+    adopted = _toolkit(control_plane, "adopt", name, "-n", namespace, "--reason", "JobSet deleted by hand; checked",
+                       "--reviewed", _reviewed(control_plane, namespace, name))
     assert adopted.exit_code == 0, adopted.output
     assert "next execution: A 4, R 4, epoch 1000002000004 (above the high-water R 3)" in adopted.stdout
     after = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
@@ -111,7 +124,7 @@ def test_the_history_follows_the_story_survives_a_controller_restart_and_adopt_r
     h = history.of(admin.get(paths.TRAINJOB, name=name, namespace=namespace))
     assert h.high_water == 4 and max(e.r for e in h.executions if (e.a, e.j) != (4, 0)) < 4
 
-    refused = _toolkit(control_plane, "adopt", name, "-n", namespace, "--reason", "again")
+    refused = _toolkit(control_plane, "adopt", name, "-n", namespace, "--reason", "again", "--reviewed", "0" * 12)
     assert (refused.exit_code, refused.stdout) == (1, "")
     assert refused.stderr == (f"toolkit adopt: TrainJob {namespace}/{name} is not flagged foreign "
                               f"({names.FOREIGN_ANNOTATION} absent): nothing to adopt\n")
@@ -142,7 +155,8 @@ def test_adopt_after_a_rewritten_patch_raises_the_next_execution_above_the_mark(
     admin.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=rewrite)
     p3 = kit.create_pod(admin, namespace=namespace, trainjob=name, admission="1", jobset_uid=uid)["metadata"]["name"]
     assert "below the floor 2" in wait_until(lambda: _foreign(admin, namespace, name), what="flag")
-    done = adapter.adopt(admin, namespace=namespace, name=name, reason="patch rewritten by a script; fixed")
+    done = adapter.adopt(admin, namespace=namespace, name=name, reason="patch rewritten by a script; fixed",
+                         reviewed=_seen(admin, namespace, name))
     assert (done.held, done.high_water, done.minimum, done.next_r) == (True, 2, 3, 3)
     kit.delete_pod(admin, namespace=namespace, pod=p3)
     assert adapter.release(admin, namespace=namespace, name=name).admission == 3
@@ -152,10 +166,10 @@ def test_adopt_is_refused_for_a_trainjob_that_is_not_ours(control_plane, admin, 
     body = kit.trainjob_body("theirs")
     body["spec"].pop("runtimePatches")
     admin.create(paths.TRAINJOB, body, namespace=namespace)
-    refused = _toolkit(control_plane, "adopt", "theirs", "-n", namespace, "--reason", "x")
+    refused = _toolkit(control_plane, "adopt", "theirs", "-n", namespace, "--reason", "x", "--reviewed", "0" * 12)
     assert refused.exit_code == 1 and refused.stderr.count("\n") == 1
     assert "is not a dispatch TrainJob" in refused.stderr
-    empty = _toolkit(control_plane, "adopt", "theirs", "-n", namespace, "--reason", "  ")
+    empty = _toolkit(control_plane, "adopt", "theirs", "-n", namespace, "--reason", "  ", "--reviewed", "0" * 12)
     assert empty.exit_code == 2 and "--reason" in empty.stderr and empty.stderr.count("\n") == 1
 
 
@@ -175,7 +189,8 @@ def test_adopt_in_kueue_mode_requeues_the_running_trainjob_through_the_check(adm
     kit.set_suspend(admin, namespace, "queued", False)  # Kueue admits
     adapter.flag_foreign(admin, namespace=namespace, name="queued",
                          violation=detect.Violation("x", "a reset"))
-    done = adapter.adopt(admin, namespace=namespace, name="queued", reason="checked")
+    done = adapter.adopt(admin, namespace=namespace, name="queued", reason="checked",
+                         reviewed=_seen(admin, namespace, "queued"))
     assert (done.held, done.requeued) == (False, [wl["metadata"]["name"]])
     entry = kit.check_entry(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     assert entry["state"] == "Retry"  # Kueue evicts; the next admission goes through our check
@@ -233,7 +248,7 @@ def test_an_unreadable_history_is_flagged_kept_as_found_and_never_overwritten(ad
     assert flagged.startswith(f"TrainJob annotation {history.HISTORY_ANNOTATION} is not a history dispatch wrote")
     assert kit.annotations(admin, namespace, name)[history.HISTORY_ANNOTATION] == "{not json"
     with pytest.raises(adapter.AdapterError, match="is unreadable, so the high-water mark of R is unknown"):
-        adapter.adopt(admin, namespace=namespace, name=name, reason="checked")
+        adapter.adopt(admin, namespace=namespace, name=name, reason="checked", reviewed=_seen(admin, namespace, name))
     assert kit.annotations(admin, namespace, name)[history.HISTORY_ANNOTATION] == "{not json"
 
 
@@ -256,8 +271,9 @@ def test_an_adoption_is_timed_by_the_apiserver_not_by_the_operators_clock(admin,
         def now(cls, tz=None):  # type: ignore[override]
             return datetime.datetime.now(tz) + datetime.timedelta(minutes=10)
 
+    reviewed = _seen(admin, namespace, name)
     monkeypatch.setattr(detect, "datetime", types.SimpleNamespace(datetime=Fast, timezone=datetime.timezone))
-    adapter.adopt(admin, namespace=namespace, name=name, reason="checked")  # held: plain mode
+    adapter.adopt(admin, namespace=namespace, name=name, reason="checked", reviewed=reviewed)  # held: plain mode
     monkeypatch.undo()
     time.sleep(1.1)  # the apiserver's times are to the second: a pod of the same second is not judged
     kit.delete_pod(admin, namespace=namespace, pod=first["metadata"]["name"])
@@ -289,7 +305,7 @@ def test_adopt_re_queues_through_the_checks_of_the_controller_name_it_is_given(c
     kit.set_suspend(admin, namespace, "queued", False)  # Kueue admits
     adapter.flag_foreign(admin, namespace=namespace, name="queued", violation=detect.Violation("x", "a reset"))
     done = _toolkit(control_plane, "adopt", "queued", "-n", namespace, "--reason", "checked",
-                    "--controller-name", served)
+                    "--reviewed", _reviewed(control_plane, namespace, "queued"), "--controller-name", served)
     assert done.exit_code == 0, done.output
     assert f"re-queued through the admission check: {wl['metadata']['name']}" in done.output
     assert kit.check_entry(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)["state"] == "Retry"

@@ -75,8 +75,11 @@ def test_a_flagged_trainjob_is_found_by_its_label_and_adopt_clears_both(control_
     assert rows[name][1:3] == ["running", "plain"] and "yes" in rows[name] and "no" in rows[quiet]
     wait_until(lambda: metrics.sample(ctl.get("/metrics")[1], gauge) == 1, what="the flagged gauge at 1")
 
-    adopted = _run([TOOLKIT, "adopt", name, "-n", namespace, "--reason", "JobSet deleted by hand; checked"],
-                   control_plane.kubeconfig)
+    shown = _run([TOOLKIT, "status", name, "-n", namespace, "-o", "json"], control_plane.kubeconfig)
+    assert shown.returncode == 0, shown.stderr
+    reviewed = json.loads(shown.stdout)["foreign_fingerprint"]
+    adopted = _run([TOOLKIT, "adopt", name, "-n", namespace, "--reason", "JobSet deleted by hand; checked",
+                    "--reviewed", reviewed], control_plane.kubeconfig)
     assert adopted.returncode == 0, adopted.stderr
     after = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
     assert not flagmark.is_flagged(after) and names.FOREIGN_LABEL not in (after["metadata"].get("labels") or {})
