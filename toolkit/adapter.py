@@ -54,6 +54,37 @@ class AdapterError(Exception):
     """A refusal for the user: one line naming the object and the field."""
 
 
+class AnnotationsRefused(AdapterError):
+    """Our annotations could not be written: the apiserver refused them (422: all of the object's
+    annotations pass its limit, ours kept within `history.BUDGET`), or ours alone would pass the
+    budget. Retrying at once cannot help: a caller that loops backs off."""
+
+
+def _refused(*, namespace: str, name: str, trainjob: Obj | None, detail: str) -> AnnotationsRefused:
+    annotations = ((trainjob or {}).get("metadata") or {}).get("annotations") or {}
+    total = sum(causes.encoded(k) + causes.encoded(v) for k, v in annotations.items() if isinstance(v, str))
+    return AnnotationsRefused(
+        f"TrainJob {namespace}/{name}: annotations not written ({history.ours(annotations)} bytes of ours, budget "
+        f"{history.BUDGET}; {total} bytes in all): {detail}")
+
+
+def _write_annotations(client: kube.Client, *, namespace: str, name: str,
+                       compute: Callable[[Obj], tuple[Obj | None, Any]], **options: Any) -> tuple[Any, int]:
+    """`client.read_modify_write` of a TrainJob for a write of our annotations, whose refusal by the
+    apiserver (422) is `AnnotationsRefused`, one line, instead of an error retried as it was."""
+    seen: list[Obj] = []
+
+    def remember(trainjob: Obj) -> tuple[Obj | None, Any]:
+        seen[:] = [trainjob]
+        return compute(trainjob)
+
+    try:
+        return client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=remember, **options)
+    except kube.Invalid as exc:
+        raise _refused(namespace=namespace, name=name, trainjob=seen[0] if seen else None,
+                       detail=f"the apiserver refused: {exc.message}") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Raised:
     admission: int  # A after the update (or as found, when nothing was written)
@@ -418,13 +449,24 @@ def flag_foreign(
     bounded, the dropped ones counted once), with the label that finds it
     (`toolkit.flagmark`) in the same update. Only the flag changes; the
     workload is left running. True when the cause was new.
+
+    Within the byte budget (`history.BUDGET`): the flag goes first, so a
+    history past its room is shrunk in the same update (`history.make_room`),
+    and a cause that does not fit the room left is counted as dropped. When
+    the apiserver refuses even that (others' annotations fill the object),
+    the label alone is written and the Warning Event still goes out: a flag
+    is never lost.
     """
 
     def compute(trainjob: Obj) -> tuple[Obj | None, Obj | None]:
         annotations = trainjob["metadata"].get("annotations") or {}
         trainjob["metadata"]["annotations"] = annotations
         current = causes.parse(annotations.get(names.FOREIGN_ANNOTATION), annotations.get(causes.DROPPED_ANNOTATION))
-        added = causes.add(current, violation.detail)
+        history.make_room(annotations)
+        flag_keys = (names.FOREIGN_ANNOTATION, causes.DROPPED_ANNOTATION)
+        room = (history.BUDGET - history.ours(annotations, without=flag_keys) - sum(map(len, flag_keys))
+                - causes.DROPPED_MOST)
+        added = causes.add(current, violation.detail, limit=min(causes.LIMIT, room))
         if added is None:
             if flagmark.needs_label(trainjob):  # flagged without the label: label it, announce nothing again
                 flagmark.label(trainjob)
@@ -433,8 +475,24 @@ def flag_foreign(
         flagmark.write(trainjob, added)
         return trainjob, trainjob
 
+    def label_only(trainjob: Obj) -> tuple[Obj | None, Obj]:
+        if flagmark.is_labelled(trainjob):
+            return None, trainjob
+        flagmark.label(trainjob)
+        return trainjob, trainjob
+
     try:
-        flagged, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute)
+        flagged, _ = _write_annotations(client, namespace=namespace, name=name, compute=compute)
+    except AnnotationsRefused:
+        # The causes cannot be kept on the object: the label and the Event carry the flag.
+        try:
+            flagged, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=label_only)
+        except kube.NotFound:
+            return False
+        client.warn(involved=flagged, reason=names.FOREIGN_REASON,
+                    message=f"{causes.fold(violation.detail)} (not kept on the TrainJob: its annotations are full)",
+                    component=component)
+        return True
     except kube.NotFound:
         return False
     if flagged is None:
@@ -463,8 +521,7 @@ def record_jobset_uid(client: kube.Client, *, namespace: str, name: str, uid: st
         return trainjob, None
 
     try:
-        violation, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute,
-                                                first=first)
+        violation, _ = _write_annotations(client, namespace=namespace, name=name, compute=compute, first=first)
     except kube.NotFound:
         return None
     return violation
@@ -499,6 +556,8 @@ class Status:
     foreign: bool
     foreign_cause: str | None
     foreign_dropped: int  # causes counted but not kept (the list is bounded)
+    # What `adopt --reviewed` takes: the fingerprint of the causes shown (causes.fingerprint); None unflagged.
+    foreign_fingerprint: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -547,6 +606,7 @@ def compute_status(trainjob: Obj, jobset: Obj | None, *, workloads: list[Obj] | 
         foreign=is_flagged(trainjob),
         foreign_cause="\n".join(foreign.kept) or None,
         foreign_dropped=foreign.dropped,
+        foreign_fingerprint=causes.fingerprint(foreign) if is_flagged(trainjob) else None,
     )
 
 
@@ -594,7 +654,9 @@ def record_execution(client: kube.Client, *, namespace: str, name: str, observat
                      first: Obj | None = None) -> bool:
     """Record what a pod showed of its execution (`history.observe`), in one
     update preconditioned on the TrainJob read; nothing is written when it
-    adds nothing. True when written."""
+    adds nothing. True when written. The history is written within its room
+    (`history.store`); AnnotationsRefused when even the least history does
+    not fit, or the apiserver refuses the write."""
 
     def compute(trainjob: Obj) -> tuple[Obj | None, bool]:
         if not marks.is_ours(trainjob):
@@ -605,13 +667,14 @@ def record_execution(client: kube.Client, *, namespace: str, name: str, observat
         if new is None:
             return None, False
         annotations = trainjob["metadata"].get("annotations") or {}
-        annotations[history.HISTORY_ANNOTATION] = history.render(new)
+        if not history.store(annotations, new):
+            raise _refused(namespace=namespace, name=name, trainjob=trainjob,
+                           detail="our other annotations leave the history no room")
         trainjob["metadata"]["annotations"] = annotations
         return trainjob, True
 
     try:
-        written, _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute,
-                                              first=first)
+        written, _ = _write_annotations(client, namespace=namespace, name=name, compute=compute, first=first)
     except kube.NotFound:
         return False
     return written
@@ -628,6 +691,7 @@ class Executions:
     history: history.History
     foreign_causes: list[str]
     foreign_dropped: int
+    foreign_fingerprint: str | None = None  # what `adopt --reviewed` takes; None unflagged
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -645,6 +709,7 @@ def executions(client: kube.Client, *, namespace: str, name: str) -> Executions:
         history=history.of(trainjob),
         foreign_causes=foreign.kept,
         foreign_dropped=foreign.dropped,
+        foreign_fingerprint=causes.fingerprint(foreign) if is_flagged(trainjob) else None,
     )
 
 
@@ -702,22 +767,29 @@ def _stamp_adoption(client: kube.Client, *, namespace: str, name: str, placehold
             return None, None
         last = dataclasses.replace(kept.adoptions[-1], time=stamp)
         annotations = trainjob["metadata"].get("annotations") or {}
-        annotations[history.HISTORY_ANNOTATION] = history.render(
-            dataclasses.replace(kept, adoptions=(*kept.adoptions[:-1], last)))
+        if not history.store(annotations, dataclasses.replace(kept, adoptions=(*kept.adoptions[:-1], last))):
+            return None, None  # no room: the placeholder stays (the detector reads the stamp itself)
         return trainjob, None
 
     try:
-        client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=compute)
+        _write_annotations(client, namespace=namespace, name=name, compute=compute)
     except kube.NotFound:
         pass
 
 
-def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, checks: set[str] | None = None,
-          controller_name: str = CHECK_CONTROLLER_NAME) -> Adopted:
+def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, reviewed: str,
+          checks: set[str] | None = None, controller_name: str = CHECK_CONTROLLER_NAME) -> Adopted:
     """A person's decision after a foreign flag (see docs/adapter.md, "Adopt").
 
+    `reviewed` is what the person read: the causes' fingerprint
+    (`causes.fingerprint`, printed by `status` and `executions`). The update
+    that clears the flag is computed from the TrainJob it is preconditioned
+    on, and is refused when the causes there are not the ones reviewed (a
+    cause flagged while the person was deciding): an adoption clears only
+    causes a person has seen.
+
     In ONE update preconditioned on the TrainJob read: the causes and the
-    reason go into the history, the flag is cleared, the current JobSet's UID
+    reason go into the history (within its room, `history.store`), the flag is cleared, the current JobSet's UID
     is recorded, and the next raise's minimum A is set so that the next
     execution's R is above the high-water mark; a running TrainJob in plain
     mode is suspended in the same update (its execution's R may repeat, and
@@ -734,8 +806,8 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, checks
     AdmissionChecks whose spec.controllerName is `controller_name` (the name
     the controller serves; a CLI cannot read its settings).
 
-    Refused (AdapterError, one line) unless the TrainJob is ours and flagged,
-    or when the next R would reach the bound 10^6.
+    Refused (AdapterError, one line) unless the TrainJob is ours and flagged
+    with the causes reviewed, or when the next R would reach the bound 10^6.
     """
     text = " ".join(reason.split())
     if not text:
@@ -755,6 +827,12 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, checks
         if not is_flagged(trainjob):
             raise AdapterError(f"{where} is not flagged foreign ({names.FOREIGN_ANNOTATION} absent): nothing to adopt")
         flag = causes.parse(annotations.get(names.FOREIGN_ANNOTATION), annotations.get(causes.DROPPED_ANNOTATION))
+        now = causes.fingerprint(flag)
+        if now != reviewed:
+            raise AdapterError(
+                f"{where}: the causes changed since they were reviewed ({reviewed}): {len(flag.kept)} cause(s) now"
+                + (f" and {flag.dropped} not kept" if flag.dropped else "")
+                + f", fingerprint {now}; read `toolkit status {name} -n {namespace}` again, then adopt with it")
         if history.of(trainjob).unreadable:
             raise AdapterError(f"{where}: annotation {history.HISTORY_ANNOTATION} is unreadable, so the high-water "
                                "mark of R is unknown: repair or remove it by hand (kept as found), then adopt")
@@ -768,7 +846,6 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, checks
         if next_a + restarts >= 10**6:
             raise AdapterError(f"{where}: the next R would be {next_a + restarts}; R {next_a + restarts} "
                                "is not below the bound 10^6")
-        annotations[history.HISTORY_ANNOTATION] = history.render(recorded)
         annotations[history.MINIMUM_ANNOTATION] = str(max(minimum, counts.minimum or 0))
         annotations[names.ADOPTIONS_ANNOTATION] = str(
             (detect.parse_count(annotations.get(names.ADOPTIONS_ANNOTATION)) or 0) + 1)
@@ -777,6 +854,9 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, checks
             annotations[names.JOBSET_UID_ANNOTATION] = uid
         else:
             annotations.pop(names.JOBSET_UID_ANNOTATION, None)  # the next JobSet is recorded when first seen
+        if not history.store(annotations, recorded):  # last: the room is what the others leave it
+            raise _refused(namespace=namespace, name=name, trainjob=trainjob,
+                           detail="our other annotations leave the history no room")
         trainjob["metadata"]["annotations"] = annotations
         kueue = names.KUEUE_QUEUE_LABEL in (trainjob["metadata"].get("labels") or {})
         held = not raising.is_suspended(trainjob) and not kueue
@@ -790,9 +870,8 @@ def adopt(client: kube.Client, *, namespace: str, name: str, reason: str, checks
 
     landed: list[Obj] = []
     try:
-        (written, adopted), _ = client.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace,
-                                                          compute=compute, field_manager=names.ADOPT_FIELD_MANAGER,
-                                                          on_written=landed.append)
+        (written, adopted), _ = _write_annotations(client, namespace=namespace, name=name, compute=compute,
+                                                    field_manager=names.ADOPT_FIELD_MANAGER, on_written=landed.append)
     except kube.NotFound:
         raise AdapterError(f"TrainJob {namespace}/{name} not found") from None
     stamp = history.adopted_at(landed[0]) if landed else None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -155,6 +156,8 @@ def status_table(st: adapter.Status) -> str:
         rows += [("cause", line) for line in st.foreign_cause.split("\n")]
     if st.foreign_dropped:
         rows.append(("cause", f"... and {st.foreign_dropped} more not kept (the list is bounded)"))
+    if st.foreign_fingerprint:
+        rows.append(("causes reviewed as", f"{st.foreign_fingerprint} (toolkit adopt --reviewed {st.foreign_fingerprint})"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
@@ -212,7 +215,11 @@ def executions_table(ex: adapter.Executions) -> str:
         lines += [f"  {c}" for c in ex.foreign_causes]
         if ex.foreign_dropped:
             lines.append(f"  ... and {ex.foreign_dropped} more not kept (the list is bounded)")
-    else:
+    if ex.foreign_fingerprint:
+        if not (ex.foreign_causes or ex.foreign_dropped):
+            lines.append("foreign: (its causes could not be kept on the TrainJob: see its Warning Events)")
+        lines.append(f"  causes reviewed as {ex.foreign_fingerprint} (toolkit adopt --reviewed {ex.foreign_fingerprint})")
+    elif not (ex.foreign_causes or ex.foreign_dropped):
         lines.append("foreign: no")
     return "\n".join(lines)
 
@@ -310,6 +317,9 @@ def executions_cmd(trainjob: str | None, target: cli_target.Target, foreign: boo
 @click.command("adopt")
 @click.argument("trainjob", shell_complete=cli_target.complete_trainjob)
 @click.option("--reason", required=True, help="Why the TrainJob may run again (kept in its history and an Event).")
+@click.option("--reviewed", required=True, metavar="FINGERPRINT",
+              help="The fingerprint of the causes you reviewed, as `toolkit status` and `toolkit executions` print "
+                   "it (12 hex digits); refused when the causes have changed since.")
 @click.option("--check", "checks", multiple=True, metavar="NAME",
               help="Kueue mode: the AdmissionCheck(s) of ours to set Retry (repeatable). "
                    "Default: every AdmissionCheck whose controllerName is --controller-name.")
@@ -317,24 +327,31 @@ def executions_cmd(trainjob: str | None, target: cli_target.Target, foreign: boo
               help="The AdmissionCheck controllerName our controller serves (its --controller-name).")
 @cli_target.target_options()
 @_refusals
-def adopt_cmd(trainjob: str, reason: str, checks: tuple[str, ...], controller_name: str,
+def adopt_cmd(trainjob: str, reason: str, reviewed: str, checks: tuple[str, ...], controller_name: str,
               target: cli_target.Target) -> None:
     """Clear the foreign flag of TRAINJOB after a person has judged it: the
     causes and REASON go into its history, the flag's annotations and label
     are removed, the current JobSet UID is recorded, and the next execution's
     R is set above the high-water mark (a running TrainJob is held in plain
     mode, re-queued through the check in Kueue mode). Refused unless the
-    TrainJob is ours and flagged, or past the R bound.
+    TrainJob is ours and flagged with the causes REVIEWED (a cause flagged
+    since changes the fingerprint), or past the R bound.
 
     \b
     Example:
-      toolkit adopt llama-ft-7 -n training --reason "JobSet deleted by hand; checkpoints verified"
+      toolkit status llama-ft-7 -n training     # the causes, and: causes reviewed as 3f2a9c0d1e4b
+      toolkit adopt llama-ft-7 -n training --reviewed 3f2a9c0d1e4b \\
+        --reason "JobSet deleted by hand; checkpoints verified"
     """
     namespace = target.namespace
     if not reason.strip():
         raise click.BadParameter("empty; say what was checked and why the TrainJob may run again",
                                  param_hint="--reason")
+    if not re.fullmatch(r"[0-9a-f]{12}", reviewed.strip().lower()):
+        raise click.BadParameter(f"{reviewed!r} is not a fingerprint: 12 hex digits, as `toolkit status` prints "
+                                 "them", param_hint="--reviewed")
     done = adapter.adopt(target.client(), namespace=namespace, name=trainjob, reason=reason,
+                         reviewed=reviewed.strip().lower(),
                          checks=set(checks) if checks else None, controller_name=controller_name)
     click.echo(f"trainjob {namespace}/{trainjob} adopted: {len(done.causes)} cause(s) cleared and kept in its history")
     epoch = f", epoch {done.next_epoch}" if done.next_epoch else ""
