@@ -78,7 +78,7 @@ from toolkit import detect, identity, marks, names
 
 Obj = dict[str, Any]
 
-HISTORY_ANNOTATION = f"{names.DOMAIN}/history"
+HISTORY_ANNOTATION = names.HISTORY_ANNOTATION
 # The history's format: `render` writes it as "version"; `parse` reads this version and a history
 # with none (the same format), and keeps a newer one as found (an older controller never rewrites
 # what a newer one wrote).
@@ -88,6 +88,7 @@ MINIMUM_ANNOTATION = f"{names.DOMAIN}/admission-minimum"
 MAX_EXECUTIONS = 20
 MAX_ADOPTIONS = 5
 MAX_FLOORS = 20
+MAX_UNSUSPENDS = 10
 REASON_LIMIT = 1024  # bytes of the reason as the annotation holds it (JSON-escaped)
 CAUSES_LIMIT = 8192  # bytes of causes kept with one adoption, as the annotation holds them
 # Our annotations together (every key under names.DOMAIN: key and value, UTF-8 bytes) at most: the
@@ -116,6 +117,8 @@ class Execution:
     ended: str | None  # None while running; "succeeded", "stopped" or "failed"
     verdict: str  # "ok" or "foreign: <rule>"
     created: str | None = None  # the earliest creationTimestamp of its pods seen (the apiserver's)
+    latest: str | None = None  # the latest creationTimestamp of its pods seen (the apiserver's)
+    stopped: str | None = None  # the earliest time a pod of it was asked to stop (detect.stop_requested)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +141,9 @@ class History:
     adoptions_dropped: int = 0
     floors: tuple[tuple[int, str], ...] = ()  # (floor, the apiserver's time of the raise that set it)
     raised: int = 0  # the highest A a raise wrote
+    # The unsuspends by a writer other than a raise that the controller has seen, as (field manager,
+    # the TrainJob's generation, the earliest apiserver time seen for them): the last MAX_UNSUSPENDS.
+    unsuspends: tuple[tuple[str, int, str], ...] = ()
     unreadable: bool = False  # the annotation was there but not ours to read
     newer_format: int = 0  # when unreadable because a newer dispatch wrote it: its format version
 
@@ -154,6 +160,8 @@ class Observation:
     ended: str | None
     verdict: str
     created: str | None = None  # the pod's creationTimestamp
+    stopped: str | None = None  # when the apiserver was first asked to delete the pod
+    unsuspend: tuple[str, int, str] | None = None  # the TrainJob's unsuspend as read (raising.unsuspend_seen)
 
 
 # -- reading and writing the annotation -----------------------------------
@@ -197,7 +205,9 @@ def parse(value: str | None) -> History:
                       attempt=_opt_str(e.get("attempt")), first_pod=str(e["firstPod"]),
                       first_seen=str(e["firstSeen"]), last_seen=str(e["lastSeen"]),
                       ended=_opt_str(e.get("ended")), verdict=str(e["verdict"]),
-                      created=None if e.get("created") is None else _time(e["created"]))
+                      created=None if e.get("created") is None else _time(e["created"]),
+                      latest=None if e.get("latest") is None else _time(e["latest"]),
+                      stopped=None if e.get("stopped") is None else _time(e["stopped"]))
             for e in doc.get("executions") or []
         )
         adoptions = tuple(
@@ -214,6 +224,7 @@ def parse(value: str | None) -> History:
             adoptions_dropped=_int(doc.get("adoptionsDropped", 0)),
             floors=tuple((_int(f[0]), _time(f[1])) for f in doc.get("floors") or []),
             raised=_int(doc.get("raised", 0)),
+            unsuspends=tuple((str(u[0]), _int(u[1]), _time(u[2])) for u in doc.get("unsuspends") or []),
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return History(unreadable=True)
@@ -252,7 +263,7 @@ def render(history: History) -> str:
         "executions": [
             {"a": e.a, "j": e.j, "jobsetUid": e.jobset_uid, "r": e.r, "epoch": e.epoch, "attempt": e.attempt, "firstPod": e.first_pod,
              "firstSeen": e.first_seen, "lastSeen": e.last_seen, "ended": e.ended, "verdict": e.verdict,
-             "created": e.created}
+             "created": e.created, "latest": e.latest, "stopped": e.stopped}
             for e in history.executions
         ],
         "adoptionsDropped": history.adoptions_dropped,
@@ -263,6 +274,7 @@ def render(history: History) -> str:
         ],
         "floors": [[floor, time] for floor, time in history.floors],
         "raised": history.raised,
+        "unsuspends": [list(u) for u in history.unsuspends],
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
@@ -318,15 +330,51 @@ def from_pod(pod: Obj, trainjob: Obj, *, now: str, verdict: str) -> Observation 
     created = meta.get("creationTimestamp")
     return Observation(a=a, j=j, jobset_uid=uid, epoch=epoch, attempt=attempt, pod=str(meta.get("name")), time=now,
                        ended=ended, verdict=verdict,
-                       created=created if isinstance(created, str) and detect.is_timestamp(created) else None)
+                       created=created if isinstance(created, str) and detect.is_timestamp(created) else None,
+                       stopped=detect.stop_requested(meta))
 
 
 # -- the rules ------------------------------------------------------------
 
 
+def with_unsuspend(history: History, unsuspend: tuple[str, int, str] | None) -> History:
+    """The history with an unsuspend seen kept: for a (manager, generation) already kept, the earlier
+    of the two times (a later write of the same manager to another field moves its managedFields time,
+    never the generation), else a new entry (the last MAX_UNSUSPENDS)."""
+    if unsuspend is None:
+        return history
+    manager, generation, time = unsuspend
+    kept = list(history.unsuspends)
+    for i, (m, g, t) in enumerate(kept):
+        if (m, g) == (manager, generation):
+            if time >= t:
+                return history
+            kept[i] = (m, g, time)
+            return dataclasses.replace(history, unsuspends=tuple(kept))
+    return dataclasses.replace(history, unsuspends=(*kept, unsuspend)[-MAX_UNSUSPENDS:])
+
+
+def unsuspend_time(history: History, *, manager: str, generation: int | None, time: str) -> str:
+    """The earliest time known of the unsuspend by `manager` at `generation`: the history's, when it
+    kept an earlier one, else `time` (the managedFields time read now)."""
+    for m, g, t in history.unsuspends:
+        if (m, g) == (manager, generation) and t < time:
+            return t
+    return time
+
+
 def observe(history: History, obs: Observation) -> History | None:
     """The history with this observation recorded, or None when it adds
     nothing (see the module docstring)."""
+    before = history
+    history = with_unsuspend(history, obs.unsuspend)
+    changed = _observe(history, obs)
+    if changed is None and history != before:
+        return history
+    return changed
+
+
+def _observe(history: History, obs: Observation) -> History | None:
     r = obs.a + obs.j
     for i, e in enumerate(history.executions):
         if (e.a, e.j, e.jobset_uid) != (obs.a, obs.j, obs.jobset_uid):
@@ -334,9 +382,12 @@ def observe(history: History, obs: Observation) -> History | None:
         ended = obs.ended if _ENDED_RANK.get(obs.ended, 0) > _ENDED_RANK.get(e.ended, 0) else e.ended
         verdict = e.verdict if e.verdict != "ok" else obs.verdict
         created = min(filter(None, (e.created, obs.created)), default=None)
-        if (ended, verdict, created) == (e.ended, e.verdict, e.created):
+        latest = max(filter(None, (e.latest, e.created, obs.created)), default=None)
+        stopped = min(filter(None, (e.stopped, obs.stopped)), default=None)
+        if (ended, verdict, created, latest, stopped) == (e.ended, e.verdict, e.created, e.latest, e.stopped):
             return None
-        changed = dataclasses.replace(e, ended=ended, verdict=verdict, created=created, last_seen=obs.time)
+        changed = dataclasses.replace(e, ended=ended, verdict=verdict, created=created, latest=latest,
+                                      stopped=stopped, last_seen=obs.time)
         return dataclasses.replace(
             history, executions=history.executions[:i] + (changed,) + history.executions[i + 1:]
         )
@@ -344,7 +395,8 @@ def observe(history: History, obs: Observation) -> History | None:
     if full and history.executions and r < history.executions[0].r:
         return None  # a late pod of an execution already dropped
     new = Execution(a=obs.a, j=obs.j, jobset_uid=obs.jobset_uid, r=r, epoch=obs.epoch, attempt=obs.attempt, first_pod=obs.pod,
-                    first_seen=obs.time, last_seen=obs.time, ended=obs.ended, verdict=obs.verdict, created=obs.created)
+                    first_seen=obs.time, last_seen=obs.time, ended=obs.ended, verdict=obs.verdict, created=obs.created,
+                    latest=obs.created, stopped=obs.stopped)
     executions = sorted((*history.executions, new), key=lambda e: (e.r, e.a))
     dropped = max(0, len(executions) - MAX_EXECUTIONS)
     return dataclasses.replace(
@@ -398,6 +450,50 @@ def repeat_across_raise(history: History, *, a: int, j: int, jobset_uid: str | N
         f"the execution A={a} J={j}, R {a + j}, has pods created before and after the raise at {between[0]}: "
         "its epoch repeats an execution from before that raise",
     )
+
+
+def repeat_across_unsuspend(history: History, *, a: int, j: int, jobset_uid: str | None, created: str | None,
+                            unsuspended: str | None) -> detect.Violation | None:
+    """A pod of an execution whose earliest pod was created before an unsuspend by a writer other
+    than a raise (`unsuspended`, the apiserver's time: `raising.unsuspend_seen`), created at or after
+    it: one execution's pods on both sides of an unsuspend. Every execution begins at an unsuspend
+    and its pods are created after it; pods from before it belong to an execution that was stopped
+    (a suspend by hand, undone by Kueue while its Workload stays admitted) and now runs again with
+    the same A and J. The execution's start must be more than the clock margin before the unsuspend
+    (`detect.SKEW_SECONDS`): stamped by another apiserver replica, a pod created just after it can
+    read as a second before it."""
+    start = _start(history, a=a, j=j, jobset_uid=jobset_uid, created=created)
+    own = [e for e in history.executions if (e.a, e.j, e.jobset_uid) == (a, j, jobset_uid)]
+    latest = max(filter(None, (created, *(e.latest or e.created for e in own))), default=None)
+    if start is None or latest is None:
+        return None
+    # The unsuspend read now and every one kept: an execution ended and suspended again is judged too.
+    times = sorted({*filter(None, [unsuspended]), *(t for _, _, t in history.unsuspends)})
+    between = [t for t in times if detect.after(t, start) and latest >= t]
+    if not between:
+        return None
+    return detect.Violation(
+        "r-repeat",
+        f"the execution A={a} J={j}, R {a + j}, has pods created before and after the unsuspend at {between[0]}: "
+        "it was resumed without a new admission, so its epoch repeats",
+    )
+
+
+def repeat_after_stop(history: History, *, a: int, j: int, jobset_uid: str | None, created: str | None,
+                      stopped: str | None) -> detect.Violation | None:
+    """An execution with a pod created at or after a pod of it was stopped (`detect.resumed_after_stop`),
+    by what its record and this pod say together: the latest creation known against the earliest stop
+    known, so the rule holds whichever of the two pods the controller sees first, and for a pod
+    judged long after it ended. Both times are the apiserver's, to the second, and a pod created in
+    the same second as the stop is not taken for a repeat: a preemption can land in the second its
+    execution's last pod was created. A resume that fast is left to the unsuspend rule
+    (`repeat_across_unsuspend`), which compares with the unsuspend instead."""
+    own = [e for e in history.executions if (e.a, e.j, e.jobset_uid) == (a, j, jobset_uid)]
+    latest = max(filter(None, (created, *(e.latest or e.created for e in own))), default=None)
+    first_stop = min(filter(None, (stopped, *(e.stopped for e in own))), default=None)
+    if latest is None or first_stop is None or latest <= first_stop:
+        return None
+    return detect.resumed_after_stop(a=a, j=j, created=latest, stopped=first_stop)
 
 
 def repeat_by_creation(history: History, *, a: int, j: int, jobset_uid: str | None,
