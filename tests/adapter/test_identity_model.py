@@ -137,9 +137,13 @@ class Store(kube.Client):
         return admission.check_state(self.workload, CHECK) == "Ready"
 
     def _workload_written(self, *, reserved: bool) -> None:
-        """Kueue's write: quota reserved (or released by an eviction), our check Pending again."""
+        """Kueue's write: quota reserved (or released by an eviction, which stands as the Evicted
+        condition until the next reservation), our check Pending again."""
         self.workload = admission.with_checks(self.workload, checks=[CHECK], state="Pending", message="")
         self.workload["status"]["conditions"] = [{"type": "QuotaReserved", "status": str(reserved)}]
+        if not reserved:
+            self.workload["status"]["conditions"].append(
+                {"type": "Evicted", "status": "True", "reason": "Preempted", "lastTransitionTime": self.clock()})
         self.workload["metadata"]["resourceVersion"] = str(int(self.workload["metadata"]["resourceVersion"]) + 1)
         self.versions.append(copy.deepcopy(self.workload))
 
@@ -287,10 +291,16 @@ class Identity(stateful.RuleBasedStateMachine):
         self.detector.pod(copy.deepcopy(self.store.pods[name]))
         self._seen()
 
-    def _end_pods(self) -> None:
-        for pod in self.store.pods.values():
+    def _end_pods(self, *, stopped: bool = False) -> None:
+        """The running pods end: failed (a JobSet restart), or `stopped`: deleted by a suspend or an
+        eviction, which the apiserver stamps (deletionTimestamp, its grace) and the controller sees."""
+        for name, pod in self.store.pods.items():
             if pod["status"]["phase"] == "Running":
                 pod["status"]["phase"] = "Failed"
+                if stopped:
+                    pod["metadata"]["deletionTimestamp"] = detect.shifted(self._now(), 30)
+                    pod["metadata"]["deletionGracePeriodSeconds"] = 30
+                    self.pod_events.append(name)
 
     def _start_execution(self) -> None:
         """Pods of the trainer job start from the current patch."""
@@ -353,7 +363,7 @@ class Identity(stateful.RuleBasedStateMachine):
         if self.store.admitted:
             self.store.kueue_evicts()  # Kueue releases the quota and sets our check Pending again
         self.running = False
-        self._end_pods()
+        self._end_pods(stopped=True)
 
     @property
     def pending(self) -> bool:
@@ -446,6 +456,40 @@ class Identity(stateful.RuleBasedStateMachine):
         self._start_execution()
         for e in self.executions[count:]:
             e["by_hand"] = True
+
+    @stateful.precondition(lambda self: self.running and self.store.admitted)
+    @stateful.rule()
+    def suspended_by_hand_while_admitted(self) -> None:
+        """`kubectl patch --type merge -p '{"spec":{"suspend":true}}'` on a TrainJob admitted through
+        our check: its pods are stopped; Kueue, whose Workload is still admitted, unsuspends it a
+        moment later, and the same JobSet's pods come back with the same A and J."""
+        def suspend(obj):
+            obj["spec"]["suspend"] = True
+            return obj, None
+
+        def kueue_starts(obj):
+            obj["spec"]["suspend"] = False
+            return obj, None
+
+        self.store.read_modify_write(paths.TRAINJOB, name="tj", namespace="ns", compute=suspend,
+                                     field_manager="kubectl-patch")
+        self._end_pods(stopped=True)
+        self.resets += 1
+        self.step += 1
+        self.store.read_modify_write(paths.TRAINJOB, name="tj", namespace="ns", compute=kueue_starts,
+                                     field_manager="kueue")
+        self._start_execution()
+
+    @stateful.precondition(lambda self: bool(self.pod_events))
+    @stateful.rule()
+    def a_new_leader_handles_a_pod_before_its_caches_sync(self) -> None:
+        """A leader's first pass, before its cache of the AdmissionChecks has synced (a failover):
+        our checks are not known yet, which must never read as "none of them"."""
+        known, self.detector.ours = self.detector.ours, lambda: None
+        try:
+            self._pod_pass()
+        finally:
+            self.detector.ours = known
 
     @stateful.precondition(lambda self: not self.running)
     @stateful.rule()
@@ -559,6 +603,7 @@ class Identity(stateful.RuleBasedStateMachine):
     # frequent enough that the default search finds them.
     kueue_reserves_and_our_ready_fails_after_the_raise_ = kueue_reserves_and_our_ready_fails_after_the_raise
     unsuspended_by_hand_ = unsuspended_by_hand
+    suspended_by_hand_while_admitted_ = suspended_by_hand_while_admitted
     controller_passes_again_ = controller_passes_again
 
     # -- the property ---------------------------------------------------
@@ -660,7 +705,8 @@ def test_the_model_can_fail_without_the_floor(monkeypatch):
     def without_floor() -> None:
         monkeypatch.setattr(raising, "counts", lambda tj: raising.Counts(patch=original(tj).patch, floor=None))
         monkeypatch.setattr(detect, "pod", lambda **kw: None)
-        for rule in ("repeat", "repeat_across_raise", "repeat_by_creation"):
+        for rule in ("repeat", "repeat_across_raise", "repeat_by_creation", "repeat_after_stop",
+                     "repeat_across_unsuspend"):
             monkeypatch.setattr(history, rule, lambda h, **kw: None)
 
     assert "repeated without a flag" in _fails(without_floor)
@@ -679,6 +725,83 @@ def test_the_model_can_fail_when_an_adoption_ignores_the_high_water_mark(monkeyp
     message = _fails(no_minimum)
     assert any(found in message for found in (
         "repeated without a flag", "is not above the R", "an A an execution already used")), message
+
+
+def _without_hold_rules(monkeypatch) -> None:
+    """The rules for one execution's pods on both sides of a stop or an unsuspend taken away: they
+    catch several of the traces below as well, so a replay that shows another rule is needed takes
+    them away too."""
+    for rule in ("repeat_after_stop", "repeat_across_unsuspend"):
+        monkeypatch.setattr(history, rule, lambda h, **kw: None)
+
+
+def _suspended_by_hand_while_admitted_trace() -> Identity:
+    """Admitted through our check at A = 1 and seen; suspended by hand while admitted; Kueue starts
+    it again a second later: the same A, J and JobSet, and the controller sees the new pod first."""
+    machine = Identity()
+    for step in ("kueue_reserves_and_we_raise", "kueue_admits_and_unsuspends", "controller_handles_a_pod",
+                 "controller_handles_the_jobset", "suspended_by_hand_while_admitted"):
+        getattr(machine, step)()
+        machine.r_only_increases_unless_flagged_once_detection_caught_up()
+    machine.pod_events.reverse()  # the new pod's event before the old one's stop
+    return machine
+
+
+def test_an_execution_suspended_by_hand_and_started_again_by_kueue_is_flagged():
+    machine = _suspended_by_hand_while_admitted_trace()
+    first, again = machine.executions
+    assert first["key"] == again["key"]
+    machine.teardown()
+    foreign = machine.store.obj["metadata"]["annotations"][names.FOREIGN_ANNOTATION]
+    assert "the execution A=1 J=0, R 1, has pods created before and after the unsuspend at " in foreign
+
+
+def test_the_stop_alone_flags_an_execution_suspended_by_hand_and_started_again(monkeypatch):
+    """Each of the two rules catches it alone: without the unsuspend's time (a controller that never
+    read the TrainJob while Kueue's unsuspend stood), the stop of the first pod does."""
+    monkeypatch.setattr(history, "repeat_across_unsuspend", lambda h, **kw: None)
+    machine = _suspended_by_hand_while_admitted_trace()
+    machine.teardown()
+    foreign = machine.store.obj["metadata"]["annotations"][names.FOREIGN_ANNOTATION]
+    assert "has a pod created at 2026-12-04T10:00:05Z, after a pod of it was stopped at " in foreign
+
+
+def test_the_model_can_fail_without_the_rules_for_a_hold_by_hand(monkeypatch):
+    """A suspend by hand while admitted, undone by Kueue: without the stop and unsuspend rules, the
+    execution resumed with its A and J repeats its epoch unflagged, and the machine finds it."""
+    _without_hold_rules(monkeypatch)
+    with pytest.raises(AssertionError, match="repeated without a flag"):
+        _suspended_by_hand_while_admitted_trace().teardown()
+    assert "repeated without a flag" in _fails(lambda: None)
+
+
+def test_the_model_can_fail_when_unknown_checks_read_as_none_of_ours(monkeypatch):
+    """A leader's pass before its AdmissionCheck cache synced: read as "no check is ours", every pod
+    Kueue started is judged resumed without a raise, a flag with no reset, and the machine finds it."""
+    original = detector.admitted_by
+
+    def unknown_is_empty() -> None:
+        monkeypatch.setattr(detector.Detector, "_admitted", lambda self, pod, tj: (
+            None if raising.unsuspended_at(tj) is None or not marks.is_live(pod) else
+            original([self.client.get(paths.WORKLOAD, name="wl")], tj, ours=self.ours() or set(),
+                     unsuspended=raising.unsuspended_at(tj)[1])))
+
+    assert "flagged with no reset" in _fails(unknown_is_empty)
+
+
+def test_the_model_can_fail_when_an_eviction_reads_as_an_admission(monkeypatch):
+    """An unsuspend by hand while the Workload is evicted: with the eviction read as an admission
+    for it and the hold rules off, the pods started by hand repeat the evicted execution's A and J
+    unflagged, and the machine finds it."""
+    original = detector.admitted_by
+
+    def evicted_is_admitted() -> None:
+        monkeypatch.setattr(detector, "admitted_by", lambda w, tj, *, ours, unsuspended=None: original(
+            w, tj, ours=ours, unsuspended=None))
+        for rule in ("repeat_after_stop", "repeat_across_unsuspend"):
+            monkeypatch.setattr(history, rule, lambda h, **kw: None)
+
+    assert "repeated without a flag" in _fails(evicted_is_admitted)
 
 
 def _unseen_twin_trace() -> Identity:
@@ -712,6 +835,7 @@ def test_the_model_can_fail_when_ended_pods_are_not_judged_by_the_floor_at_their
     pods straddle the raise to 2, so the rule of the times judges it too: both are taken away.)"""
     monkeypatch.setattr(detector, "_created_below_floor", lambda pod, trainjob: None)
     monkeypatch.setattr(history, "repeat_across_raise", lambda h, **kw: None)
+    _without_hold_rules(monkeypatch)
     machine = _unseen_twin_trace()
     with pytest.raises(AssertionError, match="repeated without a flag"):
         machine.teardown()
@@ -749,7 +873,7 @@ def _resumed_by_hand_trace() -> Identity:
     machine = Identity()
     for step in ("kueue_reserves_and_we_raise", "kueue_admits_and_unsuspends", "controller_handles_a_pod",
                  "controller_handles_the_jobset", "preempt_or_hold", "time_passes", "unsuspended_by_hand",
-                 "controller_handles_a_pod"):
+                 "controller_handles_a_pod", "controller_handles_a_pod"):
         getattr(machine, step)()
         machine.r_only_increases_unless_flagged_once_detection_caught_up()
     return machine
@@ -768,6 +892,7 @@ def test_the_model_can_fail_without_the_resume_rule(monkeypatch):
     """Without the rule that reads who last set spec.suspend, the repeat goes unflagged, and the
     property says so."""
     monkeypatch.setattr(detector, "resumed", lambda pod, trainjob, *, admitted: None)
+    _without_hold_rules(monkeypatch)
     with pytest.raises(AssertionError, match="repeated without a flag"):
         _resumed_by_hand_trace().teardown()
 
@@ -900,6 +1025,7 @@ def test_an_execution_whose_pods_straddle_a_raise_is_flagged():
 
 def test_the_model_can_fail_without_the_rule_of_the_raise_between(monkeypatch):
     monkeypatch.setattr(history, "repeat_across_raise", lambda h, **kw: None)
+    _without_hold_rules(monkeypatch)
     with pytest.raises(AssertionError, match="repeated without a flag"):
         _lowered_after_an_unseen_execution_trace().teardown()
 
@@ -944,6 +1070,7 @@ def test_a_raise_stays_above_an_earlier_raise_whose_floor_and_patch_a_person_low
 def test_the_model_can_fail_when_the_raise_forgets_what_it_wrote(monkeypatch):
     monkeypatch.setattr(history, "highest_admission", lambda h: max(
         (*(floor for floor, _ in h.floors), *(e.a for e in h.executions)), default=0))
+    _without_hold_rules(monkeypatch)
     machine = _raised_then_lowered_trace()
     assert [e["a"] for e in machine.executions] == [1, 1]
     with pytest.raises(AssertionError, match="repeated without a flag"):
