@@ -433,8 +433,8 @@ def _start(history: History, *, a: int, j: int, jobset_uid: str | None, created:
 def repeat_across_raise(history: History, *, a: int, j: int, jobset_uid: str | None, created: str | None,
                         raises: list[tuple[int, str]]) -> detect.Violation | None:
     """A pod of a recorded execution created on the other side of a raise from that execution's
-    earliest pod: a raise lies strictly between the two creation times (the apiserver's, to the
-    second). A pod created after a raise carries an A at least that raise's, and every pod of an
+    earliest pod: a raise lies between the two creation times (the apiserver's, to the second), more
+    than the clock margin after the earlier one. A pod created after a raise carries an A at least that raise's, and every pod of an
     execution before it an A below it, so one execution's pods never straddle a raise: this pod
     runs an earlier execution's A, J and JobSet again (resumed without a raise, or our patch
     lowered back to an A the history had not recorded when the raise was computed)."""
@@ -442,7 +442,9 @@ def repeat_across_raise(history: History, *, a: int, j: int, jobset_uid: str | N
     if created is None or start is None:
         return None
     earlier, later = sorted((start, created))
-    between = sorted(time for _, time in raises if earlier < time < later)
+    # The clock margin on the earlier side: a pod of the execution a raise began, created just after
+    # it and stamped by a replica whose clock is behind, must not read as one from before it.
+    between = sorted(time for _, time in raises if detect.after(time, earlier) and time < later)
     if not between:
         return None
     return detect.Violation(
@@ -498,8 +500,8 @@ def repeat_after_stop(history: History, *, a: int, j: int, jobset_uid: str | Non
 
 def repeat_by_creation(history: History, *, a: int, j: int, jobset_uid: str | None,
                        created: str | None, adopted: str | None = None) -> detect.Violation | None:
-    """An execution started (its earliest pod created, by the apiserver's clock, to the second) after
-    a recorded execution whose R is not below its own. Legitimate executions start in the order of
+    """An execution started (its earliest pod created, by the apiserver's clock, to the second) more
+    than the clock margin after a recorded execution whose R is not below its own. Legitimate executions start in the order of
     their R, so this holds for a pod judged at any time, running or ended: an ended pod of an
     execution the controller never saw is judged as surely as a running one, which the high-water
     rule (`repeat`) cannot do (an old execution's pods may be seen after newer ones). An execution
@@ -510,7 +512,8 @@ def repeat_by_creation(history: History, *, a: int, j: int, jobset_uid: str | No
         return None
     r = a + j
     before = [e for e in history.executions
-              if (e.a, e.j, e.jobset_uid) != (a, j, jobset_uid) and e.created is not None and e.created < start
+              if (e.a, e.j, e.jobset_uid) != (a, j, jobset_uid) and e.created is not None
+              and detect.after(start, e.created)
               and e.r >= r]
     if not before:
         return None

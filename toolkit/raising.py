@@ -37,7 +37,8 @@ it set, into the history (`history.floors`) before it is overwritten.
 `floor_when_created` reads both: the highest floor set by a raise a second
 or more before a given creation time. Stamps and creation times are the
 apiserver's, to the second, so no client clock is trusted, and a pod created
-in the same second as a raise is never judged by it (it may be older).
+within the clock margin of a raise (`detect.SKEW_SECONDS`: the replicas of the
+apiserver may disagree by that much) is never judged by it (it may be older).
 """
 
 from __future__ import annotations
@@ -180,11 +181,14 @@ def raises(trainjob: Obj, recorded: history.History | None = None) -> list[tuple
 
 
 def floor_when_created(trainjob: Obj, created: str | None) -> tuple[int, str] | None:
-    """The highest floor a raise set strictly before the second `created` (an apiserver
-    timestamp), with the time of that raise; None when no raise is known to be earlier."""
+    """The highest floor a raise set more than the clock margin (`detect.SKEW_SECONDS`) before
+    `created` (an apiserver timestamp), with the time of that raise; None when no raise is known to
+    be earlier."""
     if not created or not detect.is_timestamp(created):
         return None
-    earlier = [(floor, time) for floor, time in raises(trainjob) if time < created]
+    # More than the clock margin before: a pod created just before a raise, stamped by a replica
+    # whose clock is ahead, must not be judged by the floor that raise set.
+    earlier = [(floor, time) for floor, time in raises(trainjob) if detect.after(created, time)]
     return max(earlier, default=None)
 
 

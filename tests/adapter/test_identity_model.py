@@ -31,12 +31,12 @@ The property, over every trace, once detection has caught up:
     each execution's R is greater than every earlier execution's R,
     or the TrainJob was flagged foreign at some moment between that
     execution's start and now (before it ran, while it ran, or after),
-    or the execution is an unseen twin created in the same second as the
-    raise before it: the controller never saw its pod running, its A, J and
-    JobSet are an earlier execution's, and an ended pod is judged by the
-    floor of the raises a second or more before its creation (the
-    apiserver's clocks have second resolution; docs/adapter.md, "What
-    detection cannot see").
+    or the execution is an unseen twin created within the clock margin of
+    the raise before it: the controller never saw its pod running, its A, J
+    and JobSet are an earlier execution's, and an ended pod is judged by the
+    floor of the raises more than the margin before its creation (the
+    apiserver's clocks have second resolution and its replicas may disagree
+    by the margin; docs/adapter.md, "What detection cannot see").
 
 And the admission check's own invariant, at every Ready it writes, whatever
 detection sees: the A it carries is above every A an execution has started
@@ -613,11 +613,11 @@ class Identity(stateful.RuleBasedStateMachine):
 
     def _unseen_twin(self, i: int) -> bool:
         """The gap left (docs/adapter.md, "What detection cannot see"): an execution whose pod the
-        controller never saw running, whose A, J and JobSet are an earlier execution's, created in
-        the same second as the raise before it."""
+        controller never saw running, whose A, J and JobSet are an earlier execution's, created
+        within the clock margin (`detect.SKEW_SECONDS`) of the raise before it."""
         e = self.executions[i]
         last_raise = max((step for step in self.raises if step <= e["start"]), default=None)
-        return (not e["seen_running"] and last_raise == e["start"]
+        return (not e["seen_running"] and last_raise is not None and e["start"] - last_raise <= detect.SKEW_SECONDS
                 and any(x["key"] == e["key"] for x in self.executions[:i]))
 
     def _unseen_resume(self, i: int) -> bool:

@@ -237,3 +237,35 @@ def test_the_margin_on_both_of_its_sides():
     assert not detect.after(_at(10 + detect.SKEW_SECONDS), _at(10))
     assert not detect.after(_at(10), _at(10 + detect.SKEW_SECONDS + 1))
     assert detect.shifted(_at(59), 2) == "2026-12-07T10:01:01Z"
+
+
+def _execution(*, a: int, j: int, uid: str, created: int) -> history.Execution:
+    return history.Execution(a=a, j=j, jobset_uid=uid, r=a + j, epoch=None, attempt=None, first_pod="p",
+                             first_seen=_at(created), last_seen=_at(created), ended=None, verdict="ok",
+                             created=_at(created))
+
+
+def test_the_start_order_rule_gives_the_margin_to_executions_that_start_close_together():
+    # A JobSet restart starts the next execution a moment after the last: stamped by replicas
+    # whose clocks disagree, the later start can read as the earlier.
+    h = history.History(executions=(_execution(a=1, j=1, uid="u", created=10),), high_water=2)
+    close = 10 + detect.SKEW_SECONDS
+    assert history.repeat_by_creation(h, a=1, j=0, jobset_uid="u", created=_at(close)) is None
+    assert history.repeat_by_creation(h, a=1, j=0, jobset_uid="u", created=_at(close + 1)) is not None
+
+
+def test_the_raise_between_rule_gives_the_margin_to_the_earlier_side():
+    h = history.History(executions=(_execution(a=2, j=0, uid="u", created=10),), high_water=2)
+    near = [(2, _at(10 + detect.SKEW_SECONDS))]
+    far = [(2, _at(11 + detect.SKEW_SECONDS))]
+    assert history.repeat_across_raise(h, a=2, j=0, jobset_uid="u", created=_at(30), raises=near) is None
+    assert history.repeat_across_raise(h, a=2, j=0, jobset_uid="u", created=_at(30), raises=far) is not None
+
+
+def test_an_ended_pod_is_judged_only_by_raises_more_than_the_margin_before_it():
+    tj = _trainjob()
+    fields = tj["metadata"]["managedFields"]
+    fields.append({"manager": names.RAISE_FIELD_MANAGER, "operation": "Update", "time": _at(20)})
+    tj["metadata"]["annotations"][names.FLOOR_ANNOTATION] = "2"
+    assert raising.floor_when_created(tj, _at(20 + detect.SKEW_SECONDS)) is None
+    assert raising.floor_when_created(tj, _at(21 + detect.SKEW_SECONDS)) == (2, _at(20))
