@@ -57,11 +57,18 @@ def _entry(workload: dict[str, Any], check: str) -> dict[str, Any]:
     return next((e for e in (workload.get("status") or {}).get("admissionChecks") or [] if e["name"] == check), {})
 
 
+def _workload(sc: flow.Scenario) -> dict[str, Any] | None:
+    """The one Workload Kueue made for the TrainJob, once it has made it."""
+    found = adapter.workloads_of(sc.client, trainjob=sc.trainjob())
+    assert len(found) <= 1, [w["metadata"]["name"] for w in found]
+    return found[0] if found else None
+
+
 def _admitted_with(sc: flow.Scenario, check: str, a: int) -> dict[str, Any] | None:
     """The Workload once Kueue has admitted it through our check with A = `a` and unsuspended the
     TrainJob, and its pods run with that A; else None."""
-    wl = sc.workload()
-    if _conditions(wl).get("Admitted", {}).get("status") != "True":
+    wl = _workload(sc)
+    if wl is None or _conditions(wl).get("Admitted", {}).get("status") != "True":
         return None
     if (_entry(wl, check).get("state"), _entry(wl, check).get("message")) != ("Ready", f"A raised to {a}"):
         return None
@@ -103,7 +110,7 @@ def test_hold_deactivates_the_workload_and_release_readmits_it_through_the_check
             assert sc.workload()["spec"]["active"] is False
             # Kueue evicts it as deactivated, resets our check and suspends the TrainJob.
             evicted = sc.wait("Kueue to evict the deactivated Workload and suspend the TrainJob", lambda: (
-                (w := sc.workload()) and _conditions(w).get("Evicted", {}).get("status") == "True"
+                (w := _workload(sc)) and _conditions(w).get("Evicted", {}).get("status") == "True"
                 and _conditions(w).get("QuotaReserved", {}).get("status") == "False"
                 and sc.trainjob()["spec"].get("suspend") is True and w))
             condition = _conditions(evicted)["Evicted"]
