@@ -58,7 +58,7 @@ from typing import Any
 
 import prometheus_client
 
-from toolkit import flagmark, informer, jsonlog, kube, marks, names, paths
+from toolkit import adapter, backoff, flagmark, informer, jsonlog, kube, marks, names, paths
 from controller import admission, certs, detector, health, queue
 from controller import metrics as metrics_mod
 from controller import metrics_server as metrics_server_mod
@@ -66,6 +66,10 @@ from controller import settings as settings_mod
 
 log = logging.getLogger("controller")
 COMPONENT = "dispatch-controller"
+# The longest wait before a failed key's next pass, and for a TrainJob whose annotations the
+# apiserver refuses (full: a person must make room, so trying every second only adds load).
+RETRY_CAP = 60.0
+ANNOTATIONS_RETRY_CAP = 300.0
 
 
 # The settings live in their own module (one table, one parser); these
@@ -124,6 +128,9 @@ class Controller:
         # Set and popped by workers (one worker holds a key at a time), dropped when the Workload is
         # deleted: at most one entry per Workload.
         self._read_fresh: dict[tuple[str, str, str], bool] = {}
+        # Keys whose last pass failed, with their backoff; dropped at their next success. Touched by
+        # the worker holding the key only.
+        self._failing: dict[tuple[str, str, str], backoff.Backoff] = {}
         ns = settings.namespace or None
         mk = lambda res, handler, **kw: informer.Informer(  # noqa: E731
             client, res, handler=handler, namespace=ns if res.namespaced else None, stop=self.stop, **kw
@@ -282,12 +289,26 @@ class Controller:
             key, obj = got
             try:
                 self._process(key, obj)  # type: ignore[arg-type]
-            except Exception:
+                self._failing.pop(key, None)  # type: ignore[arg-type]
+            except Exception as exc:
                 self.metrics.reconcile_errors.labels(kind=key[0]).inc()  # type: ignore[index]
-                log.exception("reconcile failed, retrying", extra={"key": "/".join(key)})  # type: ignore[arg-type]
+                # A key that keeps failing backs off (1 s doubling, at most RETRY_CAP; 5 minutes for
+                # a TrainJob whose annotations the apiserver refuses: only a person frees room).
+                streak = self._failing.get(key)  # type: ignore[call-overload]
+                refused = isinstance(exc, adapter.AnnotationsRefused)
+                if streak is None:
+                    streak = self._failing[key] = backoff.Backoff(  # type: ignore[index]
+                        base=1.0, cap=ANNOTATIONS_RETRY_CAP if refused else RETRY_CAP)
+                where = {"key": "/".join(key), "retry": streak.attempt + 1}  # type: ignore[arg-type]
+                if refused:
+                    # One line, not a traceback: it names the TrainJob, our bytes and the budget.
+                    (log.warning if streak.attempt == 0 else log.debug)(
+                        "annotations refused, backing off: %s", exc, extra=where)
+                else:
+                    log.exception("reconcile failed, retrying", extra=where)
                 if key[0] == "workload":  # type: ignore[index]
                     self._read_fresh[key] = True  # type: ignore[index]
-                self.queue.add_after(key, obj, 1.0)
+                self.queue.add_after(key, obj, streak.next_delay())
             finally:
                 self.queue.done(key)
 
