@@ -90,7 +90,7 @@ import hypothesis.strategies as st
 import pytest
 
 from controller import admission, detector
-from toolkit import adapter, detect, history, kube, marks, names, paths, raising, render, runtime_check
+from toolkit import adapter, causes, detect, history, kube, marks, names, paths, raising, render, runtime_check
 
 
 CHECK = "ac"  # our AdmissionCheck's name in the model
@@ -576,16 +576,28 @@ class Identity(stateful.RuleBasedStateMachine):
     @stateful.rule()
     def a_person_adopts(self) -> None:
         self._catch_up()
+        self._adopt(self._reviewed())
+
+    def _reviewed(self) -> tuple[str, list[str]]:
+        """What `toolkit status` shows a person: the causes' fingerprint, and the causes."""
+        annotations = self.store.obj["metadata"].get("annotations") or {}
+        kept = causes.parse(annotations.get(names.FOREIGN_ANNOTATION), annotations.get(causes.DROPPED_ANNOTATION)).kept
+        return adapter.compute_status(self.store.obj, None).foreign_fingerprint or "", kept
+
+    def _adopt(self, reviewed: tuple[str, list[str]]) -> None:
         refusable = history.of(self.store.obj).unreadable or not marks.is_ours(self.store.obj)
+        fingerprint, seen = reviewed
         try:
-            reviewed = adapter.compute_status(self.store.obj, None).foreign_fingerprint or ""
             done = adapter.adopt(self.store, namespace="ns", name="tj", reason="checked by a person",
-                                 reviewed=reviewed, checks={CHECK})
+                                 reviewed=fingerprint, checks={CHECK})
         except adapter.AdapterError:
             # An unreadable history, or every mark of ours removed by hand: a person repairs it
-            # first, and the flag stands meanwhile.
-            assert refusable
+            # first, and the flag stands meanwhile. Or a cause arrived since the person read them:
+            # they read `toolkit status` again.
+            assert refusable or self._reviewed()[1] != seen
             return
+        # An adoption clears the causes the person reviewed, never one that arrived meanwhile.
+        assert history.of(self.store.obj).adoptions[-1].causes == seen, "adopt cleared causes nobody reviewed"
         self.flags[-1][1] = self.step
         assert not adapter.is_flagged(self.store.obj)
         if done.held:
@@ -595,6 +607,16 @@ class Identity(stateful.RuleBasedStateMachine):
             self._stop()  # Kueue evicts on Retry; the next admission raises
         seen = max((e["r"] for e in self.executions), default=0)
         assert done.next_r > seen, f"adopt's next R {done.next_r} is not above the R {seen} already seen"
+
+    @stateful.precondition(lambda self: self.flagged and self.pending
+                           and not (self.running and not self.store.admitted))
+    @stateful.rule()
+    def a_person_adopts_what_they_read_while_the_controller_works(self) -> None:
+        """A person reads the causes, and while they decide the controller does the work it had
+        queued (a new cause may arrive: a repeat flagged meanwhile); then they adopt what they read."""
+        reviewed = self._reviewed()
+        self._catch_up()
+        self._adopt(reviewed)
 
     # The search's bias: hypothesis draws uniformly among the rules whose precondition holds, and a
     # rule listed twice is drawn twice as often. These are the steps of the traces in which a pass
@@ -773,6 +795,19 @@ def test_the_model_can_fail_without_the_rules_for_a_hold_by_hand(monkeypatch):
     with pytest.raises(AssertionError, match="repeated without a flag"):
         _suspended_by_hand_while_admitted_trace().teardown()
     assert "repeated without a flag" in _fails(lambda: None)
+
+
+def test_the_model_can_fail_when_adopt_clears_what_was_not_reviewed(monkeypatch):
+    """An adoption that takes no account of what the person read clears a cause flagged while they
+    decided, and the machine finds it."""
+    original = adapter.adopt
+
+    def unreviewed() -> None:
+        monkeypatch.setattr(adapter, "adopt", lambda client, *, reviewed, **kw: original(
+            client, reviewed=adapter.compute_status(client.get(paths.TRAINJOB, name="tj"), None).foreign_fingerprint,
+            **kw))
+
+    assert "adopt cleared causes nobody reviewed" in _fails(unreviewed)
 
 
 def test_the_model_can_fail_when_unknown_checks_read_as_none_of_ours(monkeypatch):
