@@ -11,8 +11,8 @@ Values are read by the parsers all three processes share (toolkit.envparse,
 and toolkit.formats for a DNS label or a quantity); the error texts are the
 dispatcher's own.
 
-The table in `VARIABLES` is the documentation: docs/dispatcher.md and the
-README are written from it, and a test checks they list every name.
+The table in `VARIABLES` is the documentation: docs/dispatcher.md is written
+from it, and a test checks it lists every name.
 """
 
 from __future__ import annotations
