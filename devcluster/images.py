@@ -46,7 +46,7 @@ def _pip_wheel(dest: pathlib.Path, *requirements: str) -> None:
 
 # The third-party distributions each image's package imports (their own dependencies come along).
 DEPENDENCIES = {
-    "controller": ("kubernetes", "urllib3", "click", "PyYAML", "prometheus-client"),
+    "controller": ("kubernetes", "urllib3", "click", "PyYAML", "prometheus-client", "cryptography"),
     "dispatcher": ("kubernetes", "urllib3"),
 }
 

@@ -63,11 +63,18 @@ EXTRA = ("runpy", "encodings.ascii", "encodings.idna", "encodings.latin_1", "enc
          "_strptime")
 ROOTS = {
     "sidecar": ("runpy", "sidecar", "sidecar.main", "encodings.ascii", "email.utils"),
-    "controller": ("site", *EXTRA),
+    # The standard-library modules cryptography's modules import that nothing else loads (its
+    # PKCS#7 serialization: email's MIME writer), since those modules are carried whole (WHOLE).
+    "controller": ("site", *EXTRA, "email.generator", "email.message", "email.policy", "email.base64mime"),
     # concurrent.futures.thread: the package's module __getattr__ imports it on the first use of
     # ThreadPoolExecutor (the dispatcher's worker pool), an import no statement names.
     "dispatcher": ("site", *EXTRA, "concurrent.futures.thread"),
 }
+# Third-party packages each image carries whole, every module of them, not only those an import
+# shows: cryptography's Rust extension imports its Python modules from native code (dsa, dh, the
+# serialization package), which no import statement names, and which an import order that fails
+# partway inside a caller's `try: ... except ImportError` can leave unloaded at probe time.
+WHOLE = {"controller": ("cryptography",)}
 # The images whose own package's every module is a root, and whose closure grows by reading imports.
 SCANNED = ("controller", "dispatcher")
 OURS = ("sidecar", "controller", "dispatcher", "toolkit")
@@ -305,6 +312,13 @@ def main() -> int:
         raise SystemExit(f"mkroot: IMAGE must be one of {', '.join(ROOTS)}, found {image!r}")
     modules = closure(src, image)
     modules[f"{image}.__main__"] = str(src / image / "__main__.py")  # what `-m IMAGE` runs
+    for package in WHOLE.get(image, ()):
+        for path in sorted((src / package).rglob("*")):
+            if path.suffix in (".py", ".so"):
+                parts = path.relative_to(src).parts
+                parts = (*parts[:-1], path.name.split(".")[0])
+                name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+                modules.setdefault(name, str(path))
     binaries = [os.path.realpath(sys.executable)]
     # The landmark by which the interpreter finds its standard library (os itself is frozen).
     if modules.get("os") in (None, "frozen"):

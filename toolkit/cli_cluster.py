@@ -395,7 +395,7 @@ def controller_cmd(**options: Any) -> None:
     Example:
       toolkit controller --kubeconfig ~/.kube/config --context dev --health-port 8081
     """
-    from controller import app
+    from controller import app, certs
 
     try:
         settings = app.Settings.from_env(**options)
@@ -406,4 +406,6 @@ def controller_cmd(**options: Any) -> None:
     except kube.ConfigError as exc:
         where = "--kubeconfig" if settings.context is None else f"--kubeconfig, --context {settings.context}"
         raise _refusal(f"{where}: {exc}") from None
+    except certs.CertificateError as exc:
+        raise _refusal(f"--metrics-cert-dir: {exc}") from None
     sys.exit(code)

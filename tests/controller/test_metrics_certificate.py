@@ -1,8 +1,8 @@
-"""The metrics endpoint's self-signed certificate, made at start with the OpenSSL the ssl module
-loads (controller/certs.py), read back by another parser (cryptography's, as a test dependency):
-the content the controller has always served (an EC P-256 key, X.509 v3, ECDSA with SHA-256, the
-validity, the subjectAltName, a critical basicConstraints CA:FALSE and nothing else), and a client
-that trusts that certificate alone completes a verified handshake with the metrics server."""
+"""The metrics endpoint's self-signed certificate, made at start with cryptography
+(controller/certs.py) and read back as a scraper reads it: the content the controller has always
+served (an EC P-256 key, X.509 v3, ECDSA with SHA-256, the validity, the subjectAltName, a critical
+basicConstraints CA:FALSE and nothing else), and a client that trusts that certificate alone
+completes a verified handshake with the metrics server."""
 
 from __future__ import annotations
 
@@ -62,27 +62,6 @@ def test_each_certificate_has_a_key_and_serial_of_its_own() -> None:
     assert first.serial_number != second.serial_number
     assert first.public_key().public_numbers() != second.public_key().public_numbers()
     assert first.subject.rfc4514_string() == "CN=localhost"
-
-
-def test_the_library_is_the_one_the_ssl_module_links() -> None:
-    path = certs.libcrypto_path()
-    with open("/proc/self/maps") as maps:
-        assert path in maps.read()
-    assert certs._libcrypto()._name == path
-
-
-def test_a_failed_openssl_call_is_one_error_naming_it_with_openssl_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
-    lib = certs._libcrypto()
-    set_group = lib.EVP_PKEY_CTX_set_group_name
-    monkeypatch.setattr(lib, "EVP_PKEY_CTX_set_group_name", lambda context, group: set_group(context, b"no-such-curve"))
-    with pytest.raises(certs.OpenSSLError, match=r"^making the metrics certificate: OpenSSL's EVP_PKEY_generate "
-                                                 r"failed: error:[0-9A-F]+:.*curve"):  # with OpenSSL's reason
-        certs.self_signed(hosts=HOSTS)
-    monkeypatch.setattr(lib, "EVP_PKEY_CTX_set_group_name", lambda context, group: 0)
-    with pytest.raises(certs.OpenSSLError, match=r"OpenSSL's EVP_PKEY_CTX_set_group_name failed$"):
-        certs.self_signed(hosts=HOSTS)
-    monkeypatch.undo()
-    assert certs.self_signed(hosts=HOSTS)[0].startswith(b"-----BEGIN CERTIFICATE-----\n")  # nothing left behind
 
 
 class _Allow:
