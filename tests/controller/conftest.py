@@ -172,5 +172,21 @@ def start_controller(controller_kubeconfig, namespace, metrics_token) -> Iterato
         assert not errors, proc.log_tail()
 
 
+def run_controller_once(tmp_path: pathlib.Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m controller ARGS` against a kubeconfig whose one context points at a closed port,
+    with no DISPATCH_ setting from the environment, for at most 30 s: a controller that ignored
+    what ARGS get wrong would run on, not refuse."""
+    kubeconfig = tmp_path / "kc.yaml"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "a",
+        "clusters": [{"name": "a", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "a", "user": {"token": "x"}}],
+        "contexts": [{"name": "a", "context": {"cluster": "a", "user": "a"}}],
+    }))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_") and k != "KUBECONFIG"}
+    return subprocess.run([sys.executable, "-m", "controller", "--kubeconfig", str(kubeconfig), *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+
+
 def wait_until(fn: Any, *, timeout: float = 15, what: str = "condition") -> Any:
     return waiting.until(what, fn, timeout=timeout, interval=0.02)

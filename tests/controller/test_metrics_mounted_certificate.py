@@ -10,21 +10,18 @@ from __future__ import annotations
 import ast
 import datetime
 import hashlib
-import os
 import pathlib
 import socket
 import ssl
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
-import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from controller import certs, metrics_server
+from tests.controller import conftest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 Key = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
@@ -163,18 +160,8 @@ def test_a_malformed_mounted_pair_is_one_error_naming_the_file(tmp_path: pathlib
 
 def test_the_controller_refuses_a_malformed_mounted_certificate_in_one_line(tmp_path: pathlib.Path) -> None:
     cert_dir, line = _malformed(tmp_path, "a certificate cut short")
-    kubeconfig = tmp_path / "kc.yaml"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "a",
-        "clusters": [{"name": "a", "cluster": {"server": "https://127.0.0.1:1"}}],
-        "users": [{"name": "a", "user": {"token": "x"}}],
-        "contexts": [{"name": "a", "context": {"cluster": "a", "user": "a"}}],
-    }))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_") and k != "KUBECONFIG"}
-    # A process with a deadline: a controller that ignored the certificate would run, not refuse.
-    proc = subprocess.run([sys.executable, "-m", "controller", "--kubeconfig", str(kubeconfig),
-                           "--metrics-cert-dir", cert_dir, "--health-port", "0", "--metrics-port", "0"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+    proc = conftest.run_controller_once(tmp_path, "--metrics-cert-dir", cert_dir, "--health-port", "0",
+                                        "--metrics-port", "0")
     assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", f"Error: --metrics-cert-dir: {line}\n")
 
 

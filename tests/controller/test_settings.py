@@ -5,11 +5,8 @@ context given is the one used."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 import socket
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -17,7 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from controller import app
-from tests.controller.conftest import ControllerProcess, wait_until
+from tests.controller.conftest import ControllerProcess, run_controller_once, wait_until
 from toolkit import cli_cluster
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -116,18 +113,7 @@ def test_the_controller_talks_to_the_context_it_is_given_not_the_current_one(
 
 
 def test_a_context_the_kubeconfig_lacks_is_one_line_naming_it(tmp_path: pathlib.Path) -> None:
-    kubeconfig = tmp_path / "kc.yaml"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "a",
-        "clusters": [{"name": "a", "cluster": {"server": "https://127.0.0.1:1"}}],
-        "users": [{"name": "a", "user": {"token": "x"}}],
-        "contexts": [{"name": "a", "context": {"cluster": "a", "user": "a"}}],
-    }))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_") and k != "KUBECONFIG"}
-    # A process with a deadline: a controller that ignored the context would run, not refuse.
-    proc = subprocess.run([sys.executable, "-m", "controller", "--kubeconfig", str(kubeconfig),
-                           "--context", "nope", "--health-port", "0"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+    proc = run_controller_once(tmp_path, "--context", "nope", "--health-port", "0")
     assert (proc.returncode, proc.stdout) == (1, ""), proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: --kubeconfig, --context nope: cannot load a cluster config")
