@@ -17,7 +17,6 @@ from controller import app
 from tests.controller.conftest import ControllerProcess, run_controller_once, wait_until
 from toolkit import cli_cluster
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_the_health_host_defaults_to_every_interface_for_in_cluster_probes() -> None:
