@@ -1,34 +1,29 @@
-"""The `toolkit` command line: a thin click shell over the pure modules.
+"""The `toolkit` command line's entry points: the standard library only.
 
-Lazy subcommands. The root group knows each subcommand only as a string
-"module:attribute" in COMMANDS and imports it when it is invoked (or when
---help or shell completion lists it). So `toolkit wrap -- true`, which
-build pipelines run, imports click, json and the prologue text and nothing
-else: not kubernetes, docker or yaml (tests/toolkit/test_cli.py::test_wrap_imports_nothing_heavy
-holds that, and bench/wrap times it).
+Image pipelines run `toolkit wrap` once per build step, so its start is
+held to a target (bench/wrap: at most 100 ms, and 1.5x `python -c pass`).
+Importing click alone costs more than that ratio leaves, so this module
+imports nothing outside the standard library at module level, and:
 
-Adding a command is one line in COMMANDS:
+- `toolkit wrap` that succeeds is answered here without click (`fast_wrap`):
+  `wrap [-o|--output FORMAT] [--workdir DIR] [--] CMD...` is parsed as the
+  click command parses it, and the text is the same `wrap_text` the click
+  command prints. Anything else (help, any error, another spelling, output
+  click would not print byte for byte) goes to the click group, which
+  answers it as it answers every command. A deliberate second parser of a
+  few spellings: it only ever answers what the click command answers with
+  exit 0, which tests/toolkit/test_cli_start.py holds, argument list by
+  argument list.
+- Every other run imports the click group, `toolkit.cli_root` (one-line
+  errors, exit codes, the shared helpers). The group knows each subcommand
+  as "module:attribute" in COMMANDS and imports it when it is invoked;
+  `toolkit --help` and completion list the commands from SUMMARIES, so
+  listing them imports none of them.
 
-    "start": "toolkit.cli_cluster:start",
-
-where `start` is a click.Command (or Group) defined at module level of
-toolkit/cli_cluster.py. Keep heavy imports out of the top of this module.
-
-Exit status: 0 ok, 1 a check failed (click.ClickException), 2 usage or bad
-input (click.UsageError, BadInput). Every error is ONE line on stderr,
-`toolkit <command>: <message>`, never a traceback for a user's mistake:
-`LazyGroup.main` catches click's exceptions and prints them that way instead
-of click's multi-line usage block. Manifests go to stdout (or
---output-file FILE, written atomically), diagnostics to stderr.
-
-Options are spelled as kubectl spells them, and one letter means one thing
-in every command: `-o` is the output format (`toolkit.cli_output`), `-n` the
-namespace, `-A` every namespace, `-l` a label selector, `-h` help. A
-spelling that is gone (`-o FILE`, `identity -n`, `wrap --format`) is refused
-in one line that names the new one (`renamed`), exit 2. Completion:
-`toolkit completion bash|zsh|fish` (`toolkit.cli_completion`). The same
-commands are the kubectl plugin `kubectl-dispatch` (`kubectl_plugin`), and
-kubectl completes them through `kubectl_complete-dispatch`.
+Adding a command is one entry in _TABLE: its name, "module:attribute" of a
+click.Command (or Group) defined at module level, and the first sentence of
+its help (tests/toolkit/test_cli_start.py checks the sentence against the
+command's own). Keep heavy imports out of the top of a command's module.
 """
 
 from __future__ import annotations
@@ -37,482 +32,182 @@ import errno
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-import click
+if TYPE_CHECKING:
+    import click
 
-from toolkit import cli_output
-
-# name -> "module:attribute"; see the module docstring.
-COMMANDS: dict[str, str] = {
-    "wrap": "toolkit.cli:wrap",
-    "render": "toolkit.cli:render",
-    "check-runtime": "toolkit.cli:check_runtime",
-    "check-image": "toolkit.cli:check_image",
-    "identity": "toolkit.cli:identity_command",
-    "checkpoint": "toolkit.cli_checkpoint:checkpoint_cmd",
-    "start": "toolkit.cli_cluster:start_cmd",
-    "open": "toolkit.cli_cluster:open_cmd",
-    "hold": "toolkit.cli_cluster:hold_cmd",
-    "release": "toolkit.cli_cluster:release_cmd",
-    "status": "toolkit.cli_cluster:status_cmd",
-    "executions": "toolkit.cli_cluster:executions_cmd",
-    "list": "toolkit.cli_cluster:list_cmd",
-    "adopt": "toolkit.cli_cluster:adopt_cmd",
-    "controller": "toolkit.cli_cluster:controller_cmd",
-    "cluster": "toolkit.cli_local:cluster",
-    "completion": "toolkit.cli_completion:completion_cmd",
+# name -> ("module:attribute", the first sentence of the command's help).
+_TABLE: dict[str, tuple[str, str]] = {
+    "wrap": ("toolkit.cli_root:wrap",
+        "Print CMD wrapped in the dispatch prologue (-o json: one exec-form array for a Containerfile ENTRYPOINT; yaml: a container's command, args and env; shell: one command line)."),
+    "render": ("toolkit.cli_root:render",
+        "Render a TrainJob from a StartRequest, or prepare a runtime."),
+    "check-runtime": ("toolkit.cli_root:check_runtime",
+        "Check (Cluster)TrainingRuntimes against the runtime requirements."),
+    "check-image": ("toolkit.cli_root:check_image",
+        "Prove that an image (or a root filesystem directory) runs the prologue."),
+    "identity": ("toolkit.cli_root:identity_command",
+        "Print DISPATCH_EPOCH and DISPATCH_ATTEMPT for an execution, or take an epoch apart."),
+    "checkpoint": ("toolkit.cli_checkpoint:checkpoint_cmd",
+        "Publish checkpoints fenced by DISPATCH_EPOCH, and find the latest."),
+    "start": ("toolkit.cli_cluster:start_cmd",
+        "Check the runtime on the cluster, then create the TrainJob of REQUEST (a StartRequest file, YAML or JSON) suspended with A = 0."),
+    "open": ("toolkit.cli_cluster:open_cmd",
+        "Plain mode: raise A and unsuspend TRAINJOB in one preconditioned update."),
+    "hold": ("toolkit.cli_cluster:hold_cmd",
+        "Hold TRAINJOB: its pods stop, and A is raised before it runs again."),
+    "release": ("toolkit.cli_cluster:release_cmd",
+        "Resume a held TRAINJOB; refused while pods of the held execution still run (they would be left below the raised floor)."),
+    "status": ("toolkit.cli_cluster:status_cmd",
+        "State of TRAINJOB, and A, J, R, epoch and attempt of one execution: the current one while it runs, the next one while it is suspended (each row says which)."),
+    "executions": ("toolkit.cli_cluster:executions_cmd",
+        "Every execution of TRAINJOB the controller recorded (A, J, R, epoch, attempt, first pod, how it ended, verdict), the high-water mark of R, the adoptions and the foreign causes."),
+    "list": ("toolkit.cli_cluster:list_cmd",
+        "The dispatch TrainJobs of a namespace (or of all, -A): state, mode, the A last written, executions recorded, the high-water mark of R and the foreign flag."),
+    "adopt": ("toolkit.cli_cluster:adopt_cmd",
+        "Clear the foreign flag of TRAINJOB after a person has judged it: the causes and REASON go into its history, the flag's annotations and label are removed, the current JobSet UID is recorded, and the next execution's R is set above the high-water mark (a running TrainJob is held in plain mode, re-queued through the check in Kueue mode)."),
+    "controller": ("toolkit.cli_cluster:controller_cmd",
+        "Run the admission-check controller and reset detector (JSON logs on stderr)."),
+    "cluster": ("toolkit.cli_local:cluster",
+        "The local cluster: etcd, kube-apiserver and the real Trainer, JobSet and Kueue controllers."),
+    "completion": ("toolkit.cli_completion:completion_cmd",
+        "Print the completion script for SHELL."),
 }
-
-
-class BadInput(click.ClickException):
-    """Bad user input (a file, a field, a value): exit 2."""
-
-    exit_code = 2
-
-
-class CheckFailed(click.ClickException):
-    """A check found the input wanting: exit 1."""
-
-    exit_code = 1
-
-
-def with_context(exc: click.ClickException) -> click.ClickException:
-    # click's UsageError carries the context; ours get it here, so the one
-    # line names the command (`toolkit render trainjob: ...`).
-    exc.ctx = click.get_current_context(silent=True)  # type: ignore[attr-defined]
-    return exc
-
-
-class LazyGroup(click.Group):
-    """A group whose commands are imported on first use from "module:attr"."""
-
-    def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy = lazy
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.lazy:
-            module_name, _, attr = self.lazy[cmd_name].partition(":")
-            command = getattr(importlib.import_module(module_name), attr)
-            if not isinstance(command, click.Command):
-                raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
-            return command
-        return super().get_command(ctx, cmd_name)
-
-    def main(  # type: ignore[override]
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.ClickException as exc:
-            ctx = getattr(exc, "ctx", None)
-            where = ctx.command_path if ctx is not None else (prog_name or "toolkit")
-            message = " ".join(exc.format_message().split())
-            if isinstance(exc, click.UsageError) and ctx is not None:
-                message += f" (see '{ctx.command_path} --help')"
-            _stderr(f"{where}: {message}")
-            sys.exit(exc.exit_code)
-        except click.Abort:
-            _stderr(f"{prog_name or 'toolkit'}: aborted")
-            sys.exit(1)
-        except OSError as exc:
-            if exc.errno != errno.EPIPE:
-                raise
-            # The reader went away (`toolkit render ... | head`): not an error of ours.
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushing at exit must not raise again
-            sys.exit(1)
-        sys.exit(rv if isinstance(rv, int) else 0)
-
-
-def _stderr(line: str) -> None:
-    click.echo(line, err=True)
-
-
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="dispatch-k8s", prog_name="toolkit")
-def root() -> None:
-    """Execution identity for Kubeflow TrainJobs: wrap commands, render
-    TrainJobs and runtimes, check runtimes and images.
-
-    \b
-    Example:
-      toolkit wrap -- python train.py --epochs 3
-      toolkit render trainjob examples/start-request.yaml
-    """
-
-
-def main() -> None:
-    root.main(prog_name="toolkit")
-
+COMMANDS: dict[str, str] = {name: target for name, (target, _) in _TABLE.items()}
+SUMMARIES: dict[str, str] = {name: summary for name, (_, summary) in _TABLE.items()}
 
 # kubectl runs an executable named kubectl-<name> on PATH for `kubectl <name> ...`, with every
 # argument after <name> (--kubeconfig, --context, -n and -A included) and its own environment.
+PROG = "toolkit"
+COMPLETE_VAR = "_TOOLKIT_COMPLETE"
 PLUGIN_PROG = "kubectl dispatch"
 PLUGIN_COMPLETE_VAR = "_KUBECTL_DISPATCH_COMPLETE"
+
+WRAP_FORMATS = ("json", "yaml", "shell")
+
+if TYPE_CHECKING:
+    root: click.Group
+
+
+def __getattr__(name: str) -> Any:
+    # `cli.root`, the click group, is imported on first use so that importing
+    # this module (as the console scripts do) does not import click.
+    if name == "root":
+        return importlib.import_module("toolkit.cli_root").root
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main() -> None:
+    """The `toolkit` entry point."""
+    _run(sys.argv[1:], prog_name=PROG, complete_var=COMPLETE_VAR)
 
 
 def kubectl_plugin() -> None:
     """The `kubectl-dispatch` entry point: the same commands as `toolkit`."""
-    root.main(prog_name=PLUGIN_PROG, complete_var=PLUGIN_COMPLETE_VAR)
+    _run(sys.argv[1:], prog_name=PLUGIN_PROG, complete_var=PLUGIN_COMPLETE_VAR)
 
 
-# -- shared helpers -----------------------------------------------------
+def _run(args: list[str], *, prog_name: str, complete_var: str) -> None:
+    text = None if complete_var in os.environ else fast_wrap(args)
+    if text is None:
+        from toolkit import cli_root
 
-
-def fail(message: str) -> NoReturn:
-    """A check failed: exit 1 with one line."""
-    raise with_context(CheckFailed(message))
-
-
-def bad_input(message: str) -> NoReturn:
-    """Bad input: exit 2 with one line."""
-    raise with_context(BadInput(message))
-
-
-def write_output(text: str, output: str | None) -> None:
-    """To stdout, or atomically to FILE: a temporary file in the same
-    directory, fsynced, then renamed over FILE, so a reader never sees half."""
-    if output is None or output == "-":
-        click.echo(text, nl=False)
+        cli_root.root.main(args, prog_name=prog_name, complete_var=complete_var)
         return
-    import tempfile  # not at the top: `toolkit wrap` never writes a file
-
-    directory = os.path.dirname(os.path.abspath(output))
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(output)}.", suffix=".tmp")
+        sys.stdout.write(text)
+        sys.stdout.flush()
     except OSError as exc:
-        bad_input(f"--output-file {output}: cannot write in {directory}: {exc.strerror}")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, output)
-    except OSError as exc:
-        os.unlink(tmp)
-        bad_input(f"--output-file {output}: cannot write: {exc.strerror}")
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn the pure modules' input errors (ValueError subclasses) into BadInput."""
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except click.ClickException:
+        if exc.errno != errno.EPIPE:
             raise
-        except ValueError as exc:
-            # Only our own input errors (identity.BoundError, request.RequestError,
-            # yamlio.LoadError, render.RenderError, ...); a ValueError from
-            # anywhere else is a bug and keeps its traceback.
-            if not type(exc).__module__.startswith("toolkit."):
-                raise
-            bad_input(str(exc))
-
-    return wrapper
+        reader_gone()
 
 
-output_file_option = click.option(
-    "--output-file", metavar="FILE", default=None, help="Write to FILE (atomically) instead of stdout."
-)
+def reader_gone() -> None:
+    """The reader of stdout went away (`toolkit render ... | head`): not an
+    error of ours, exit 1 without a traceback."""
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - flushing at exit must not raise again
+    sys.exit(1)
 
 
-def renamed(old: str, *, now: str, takes_value: bool = True) -> Callable[[Any], Any]:
-    """A hidden option for a spelling that is gone: given, it is bad input
-    answered with one line naming what to write now (exit 2). So no option
-    letter ever means two things, and an old command line fails loudly
-    instead of meaning something else."""
-
-    def refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
-        if value is not None and value is not False:
-            raise click.UsageError(f"{old} is gone: {now}", ctx=ctx)
-
-    return click.option(old, f"renamed_{old.lstrip('-').replace('-', '_')}", hidden=True, expose_value=False,
-                        is_flag=not takes_value, default=None, callback=refuse, is_eager=True)
+class WrapInputError(ValueError):
+    """A `toolkit wrap` command line whose output would be refused or meaningless."""
 
 
-# -- wrap ---------------------------------------------------------------
-
-
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--workdir", metavar="DIR", help="Directory the prologue enters before the command (DISPATCH_K8S_WORKDIR).")
-@cli_output.format_option(("json", "yaml", "shell"), default="json", hint=None)
-@renamed("--format", now="the format is -o/--output (json, yaml or shell)")
-@click.argument("cmd", nargs=-1, required=True, metavar="-- CMD [ARG...]")
-@_user_errors
-def wrap(workdir: str | None, output: str, cmd: tuple[str, ...]) -> None:
-    """Print CMD wrapped in the dispatch prologue (-o json: one exec-form
-    array for a Containerfile ENTRYPOINT; yaml: a container's command, args
-    and env; shell: one command line).
-
-    The result runs `/bin/sh -c <prologue> dispatch-prologue CMD...`: the
-    prologue sets DISPATCH_EPOCH and DISPATCH_ATTEMPT, then execs CMD.
-
-    \b
-    Examples:
-      toolkit wrap -- python train.py --epochs 3
-      toolkit wrap -o yaml --workdir /app -- python train.py
-      toolkit wrap -o shell -- ./run.sh
-    """
+def wrap_text(*, output: str, workdir: str | None, cmd: Sequence[str]) -> str:
+    """What `toolkit wrap` prints: CMD wrapped in the prologue, as `output`
+    (json, yaml or shell), ending in a newline."""
+    from toolkit import names
     from toolkit import wrap as wrap_mod
 
-    if not cmd[0]:
-        bad_input("CMD must not be empty: the prologue refuses an empty command")
+    if not cmd or not cmd[0]:
+        raise WrapInputError("CMD must not be empty: the prologue refuses an empty command")
     if workdir is not None and not workdir:
-        bad_input("--workdir must not be empty")
+        raise WrapInputError("--workdir must not be empty")
     if output == "json":
         if workdir is not None:
-            bad_input(
+            raise WrapInputError(
                 "--workdir needs -o yaml or shell: an exec-form array cannot carry the environment; "
                 f"in a Containerfile add: ENV DISPATCH_K8S_WORKDIR={workdir}"
             )
         import json
 
-        click.echo(json.dumps(wrap_mod.argv(cmd)))
-    elif output == "shell":
-        from toolkit import names
-
+        return json.dumps(wrap_mod.argv(cmd)) + "\n"
+    if output == "shell":
         assignments = [(names.ENV_WORKDIR, workdir)] if workdir else []
-        click.echo(wrap_mod.shell_line(wrap_mod.argv(cmd), assignments=assignments))
-    else:
-        from toolkit import names, yamlio
-
-        fragment: dict[str, Any] = {"command": wrap_mod.command(), "args": list(cmd)}
-        if workdir:
-            fragment["env"] = [{"name": names.ENV_WORKDIR, "value": workdir}]
-        click.echo(yamlio.dump(fragment), nl=False)
-
-
-# -- render -------------------------------------------------------------
-
-
-@click.group(cls=click.Group, context_settings={"help_option_names": ["-h", "--help"]})
-def render() -> None:
-    """Render a TrainJob from a StartRequest, or prepare a runtime.
-
-    \b
-    Examples:
-      toolkit render trainjob examples/start-request.yaml --output-file trainjob.yaml
-      toolkit render runtime torch_distributed.yaml --sidecar-image reg/sidecar:1.0
-    """
-
-
-def _file_hint(value: str) -> str:
-    return f"to write a file, --output-file {value}"
-
-
-manifest_format_option = cli_output.format_option(("yaml", "json"), default="yaml", hint=_file_hint)
-
-
-def write_manifests(docs: list[Any], *, output: str, output_file: str | None) -> None:
-    """One document as itself; several as a YAML stream, or in json a v1 List (as kubectl prints them)."""
-    if output == "json":
-        data = docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
-        write_output(cli_output.dumps("json", data), output_file)
-        return
+        return wrap_mod.shell_line(wrap_mod.argv(cmd), assignments=assignments) + "\n"
     from toolkit import yamlio
 
-    write_output(yamlio.dump_all(docs), output_file)
+    fragment: dict[str, Any] = {"command": wrap_mod.command(), "args": list(cmd)}
+    if workdir:
+        fragment["env"] = [{"name": names.ENV_WORKDIR, "value": workdir}]
+    return yamlio.dump(fragment)
 
 
-@render.command("trainjob")
-@click.argument("request_file", metavar="REQUEST")
-@manifest_format_option
-@output_file_option
-@_user_errors
-def render_trainjob(request_file: str, output: str, output_file: str | None) -> None:
-    """Render the suspended TrainJob for a StartRequest (YAML, or JSON by .json; - is stdin).
+def fast_wrap(args: Sequence[str]) -> str | None:
+    """The text `toolkit wrap` prints for `args` (the words after the
+    program's name) when it can be told without click; None for anything the
+    click group must answer.
 
-    \b
-    Example:
-      toolkit render trainjob examples/start-request.yaml --output-file trainjob.yaml
-    """
-    from toolkit import render as render_mod
-    from toolkit import request
-
-    req = request.load(request_file)
-    write_manifests([render_mod.trainjob(req)], output=output, output_file=output_file)
-
-
-@render.command("runtime")
-@click.argument("runtime_file", metavar="RUNTIME")
-@manifest_format_option
-@output_file_option
-@click.option("--sidecar-image", metavar="IMAGE", default=None,
-              help="The sidecar verifier's image (default: the recorded release's, REGISTRY/dispatch/sidecar:TAG@sha256:...).")
-@click.option(
-    "--service-account", metavar="NAME", default=None, help="The ServiceAccount the sidecar runs as."
-)
-@_user_errors
-def render_runtime(runtime_file: str, output: str, output_file: str | None, sidecar_image: str | None, service_account: str | None) -> None:
-    """Add restartPolicy Never, backoffLimit 0 and the sidecar to a (Cluster)TrainingRuntime.
-
-    Every document of RUNTIME is rendered; the output is idempotent (render
-    it again and nothing changes). Failure policies are left as they are:
-    check them with `toolkit check-runtime`.
-
-    \b
-    Example:
-      toolkit render runtime torch_distributed.yaml --output-file torch_distributed.dispatch.yaml
-    """
-    from toolkit import names, yamlio
-    from toolkit import render as render_mod
-
-    docs = yamlio.load_documents(runtime_file)
-    out = []
-    for i, doc in enumerate(docs):
-        try:
-            out.append(
-                render_mod.runtime(
-                    doc,
-                    sidecar_image=sidecar_image,
-                    service_account=service_account or names.SIDECAR_SERVICE_ACCOUNT,
-                )
-            )
-        except render_mod.RenderError as exc:
-            where = f"{runtime_file}" + (f" (document {i + 1})" if len(docs) > 1 else "")
-            bad_input(f"{where}: {exc}")
-    write_manifests(out, output=output, output_file=output_file)
-
-
-# -- check-runtime ------------------------------------------------------
-
-
-@click.command("check-runtime", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("files", nargs=-1, required=True, metavar="FILE...")
-@click.option("--allow-rank-restart", is_flag=True, help="Accept runtimes that replace a failed rank (allowRankRestart).")
-@click.pass_context
-@_user_errors
-def check_runtime(ctx: click.Context, files: tuple[str, ...], allow_rank_restart: bool) -> None:
-    """Check (Cluster)TrainingRuntimes against the runtime requirements.
-
-    Exit 0 when every runtime passes (one `ok` line each on stdout), 1 with
-    one line per refusal on stderr, naming the field and the value found.
-
-    \b
-    Example:
-      toolkit check-runtime runtimes/*.yaml
-    """
-    from toolkit import runtime_check, yamlio
-
-    refused = False
-    for path in files:
-        for doc in yamlio.load_documents(path):
-            name = runtime_check.describe(doc)
-            refusals = runtime_check.check(doc, allow_rank_restart=allow_rank_restart)
-            for refusal in refusals:
-                _stderr(f"{path}: {name}: {refusal}")
-            if refusals:
-                refused = True
+    As click parses the command: an option may come before or after CMD's
+    words, the last of a repeated option wins, `--` ends the options. Only
+    `-o VALUE`, `--output VALUE`, `--output=VALUE`, `--workdir VALUE` and
+    `--workdir=VALUE` are taken here; any other word starting with `-` before
+    `--` (`-h`, `--format`, `-oyaml`, a misspelling) goes to click, and so do
+    a value starting with `-`, a format click would refuse, and text click.echo
+    would not print byte for byte (non-ASCII, or an escape sequence it strips
+    on a pipe)."""
+    if not args or args[0] != "wrap":
+        return None
+    output, workdir = "json", None
+    cmd: list[str] = []
+    words = iter(args[1:])
+    for word in words:
+        if word == "--":
+            cmd.extend(words)
+            break
+        name, eq, value = word.partition("=")
+        if name in ("-o", "--output", "--workdir") and not (eq and name == "-o"):
+            if not eq:
+                value = next(words, "-")
+            if value.startswith("-"):
+                return None
+            if name == "--workdir":
+                workdir = value
             else:
-                click.echo(f"{path}: {name}: ok")
-    if refused:
-        ctx.exit(1)
-
-
-# -- check-image --------------------------------------------------------
-
-
-@click.command("check-image", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("target", metavar="IMAGE|DIR")
-@click.option("--timeout", type=click.FloatRange(min=1), default=60, show_default=True, help="Seconds to wait for the run.")
-@_user_errors
-def check_image(target: str, timeout: float) -> None:
-    """Prove that an image (or a root filesystem directory) runs the prologue.
-
-    Runs the prologue there with sample values, through the Docker API
-    (DOCKER_HOST: Docker, or podman's Docker-compatible service) for an
-    image, or chroot for a directory, and checks the DISPATCH_EPOCH and
-    DISPATCH_ATTEMPT the command saw. Exit 1 when it does not.
-
-    \b
-    Examples:
-      toolkit check-image localhost/dispatch-base/busybox:1.35-static
-      sudo toolkit check-image ./rootfs
-    """
-    from toolkit import image_check
-
+                output = value
+        elif word.startswith("-"):
+            return None
+        else:
+            cmd.append(word)
+    if output not in WRAP_FORMATS:
+        return None
     try:
-        result = image_check.check(target, timeout=timeout)
-    except image_check.CheckFailed as exc:
-        fail(str(exc))
-    click.echo(f"{target}: ok: {result}")
-
-
-# -- identity -----------------------------------------------------------
-
-
-@click.command("identity", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--job-id", metavar="ID", help="The job id (JobID).")
-@click.option("-g", "--generation", metavar="G", help="The job's generation G.")
-@click.option("--submission", metavar="N", help="The submission number N.")
-@renamed("-n", now="-n is the namespace in every toolkit command; the submission number is --submission")
-@click.option("--attempt", metavar="K", help="The attempt.")
-@click.option("-a", "--admission", metavar="A", help="The admission count A (>= 1).")
-@click.option("-j", "--restart", metavar="J", help="The JobSet restart count J.")
-@click.option("--parse", "parse_epoch", metavar="EPOCH", help="Take an epoch apart into G, N and R instead.")
-@_user_errors
-def identity_command(
-    job_id: str | None,
-    generation: str | None,
-    submission: str | None,
-    attempt: str | None,
-    admission: str | None,
-    restart: str | None,
-    parse_epoch: str | None,
-) -> None:
-    """Print DISPATCH_EPOCH and DISPATCH_ATTEMPT for an execution, or take an epoch apart.
-
-    \b
-    Examples:
-      toolkit identity --job-id train-42 -g 1 --submission 2 --attempt 0 -a 3 -j 0
-      toolkit identity --parse 1000002000003
-    """
-    from toolkit import identity
-
-    given = {
-        "--job-id": job_id,
-        "--generation": generation,
-        "--submission": submission,
-        "--attempt": attempt,
-        "--admission": admission,
-        "--restart": restart,
-    }
-    if parse_epoch is not None:
-        extra = [k for k, v in given.items() if v is not None]
-        if extra:
-            raise click.UsageError(f"--parse takes no other option, found {', '.join(extra)}")
-        parsed = identity.parse(parse_epoch)
-        click.echo(f"G={parsed.generation}\nN={parsed.submission}\nR={parsed.r}")
-        return
-    missing = [k for k, v in given.items() if v is None]
-    if missing:
-        raise click.UsageError(f"missing {', '.join(missing)} (or give --parse EPOCH)")
-    assert job_id is not None and generation is not None and submission is not None
-    assert attempt is not None and admission is not None and restart is not None
-    g = identity.parse_decimal("-g/--generation", generation)
-    n = identity.parse_decimal("--submission", submission)
-    k = identity.parse_decimal("--attempt", attempt)
-    a = identity.parse_decimal("-a/--admission", admission)
-    j = identity.parse_decimal("-j/--restart", restart)
-    epoch = identity.execution_epoch(generation=g, submission=n, admission=a, restart=j)
-    token = identity.attempt_token(job_id=job_id, submission=n, attempt=k, admission=a, restart=j)
-    click.echo(f"DISPATCH_EPOCH={epoch}\nDISPATCH_ATTEMPT={token}")
+        text = wrap_text(output=output, workdir=workdir, cmd=cmd)
+    except ValueError:
+        return None
+    if not text.isascii() or "\x1b" in text:
+        return None
+    return text

@@ -24,12 +24,12 @@ from typing import Any
 
 import click
 
-from toolkit import adapter, cli, cli_output, cli_target, flagmark, kube, listing
+from toolkit import adapter, cli_output, cli_root, cli_target, flagmark, kube, listing
 
 
 def _refusal(message: str) -> click.ClickException:
     """Exit 1 with one line that names the command (`toolkit open: ...`)."""
-    return cli.with_context(click.ClickException(message))
+    return cli_root.with_context(click.ClickException(message))
 
 
 def _refusals(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -400,7 +400,7 @@ def controller_cmd(**options: Any) -> None:
     try:
         settings = app.Settings.from_env(**options)
     except app.SettingsError as exc:
-        raise cli.with_context(cli.BadInput(str(exc))) from None
+        raise cli_root.with_context(cli_root.BadInput(str(exc))) from None
     try:
         code = app.run(settings)
     except kube.ConfigError as exc:

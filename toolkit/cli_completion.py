@@ -43,7 +43,7 @@ def completion_cmd(ctx: click.Context, shell: str) -> None:
 
     root = ctx.find_root()
     plugin = root.info_name == cli.PLUGIN_PROG
-    prog, var = ("kubectl-dispatch", cli.PLUGIN_COMPLETE_VAR) if plugin else ("toolkit", "_TOOLKIT_COMPLETE")
+    prog, var = ("kubectl-dispatch", cli.PLUGIN_COMPLETE_VAR) if plugin else (cli.PROG, cli.COMPLETE_VAR)
     comp_cls = click.shell_completion.get_completion_class(shell)
     assert comp_cls is not None  # every name in SHELLS is one of click's
     click.echo(comp_cls(root.command, {}, prog, var).source())
@@ -51,10 +51,10 @@ def completion_cmd(ctx: click.Context, shell: str) -> None:
 
 def kubectl_complete() -> None:
     """The `kubectl_complete-dispatch` entry point (see the module docstring)."""
-    from toolkit import cli
+    from toolkit import cli, cli_root
 
     words = sys.argv[1:] or [""]
-    comp = click.shell_completion.ShellComplete(cli.root, {}, cli.PLUGIN_PROG, cli.PLUGIN_COMPLETE_VAR)
+    comp = click.shell_completion.ShellComplete(cli_root.root, {}, cli.PLUGIN_PROG, cli.PLUGIN_COMPLETE_VAR)
     items = comp.get_completions(words[:-1], words[-1])
     files = any(item.type in ("file", "dir") for item in items)
     for item in items:

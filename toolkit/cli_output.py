@@ -8,7 +8,7 @@ prints something a machine may read, as in kubectl.
 - `emit(fmt, data, table=...)`: `json` (indented, keys sorted), `yaml`
   (`toolkit.yamlio`, block style), or the command's own `table` text.
 
-Writing to a file is `--output-file` (`toolkit.cli.write_output`), never `-o`.
+Writing to a file is `--output-file` (`toolkit.cli_root.write_output`), never `-o`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from toolkit import cli, kube, kubecontext
+from toolkit import cli_root, kube, kubecontext
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Target:
         try:
             return kube.load(kubeconfig=self.kubeconfig, context=self.context)
         except kube.ConfigError as exc:
-            raise cli.with_context(click.ClickException(f"--kubeconfig: {exc}")) from None
+            raise cli_root.with_context(click.ClickException(f"--kubeconfig: {exc}")) from None
 
     @property
     def scope(self) -> str | None:
