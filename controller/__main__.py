@@ -1,6 +1,6 @@
-"""`python -m controller`: the controller command without the CLI root
-(the container's entry point and the tests' subprocess)."""
+"""`python -m controller`: the controller's command without the toolkit's
+CLI root (the container's entry point and the tests' subprocess)."""
 
-from toolkit import cli_cluster
+from controller import cli
 
-cli_cluster.controller_cmd(prog_name="toolkit controller")
+cli.controller_cmd(prog_name="toolkit controller")

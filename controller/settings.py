@@ -4,7 +4,7 @@ the CLI alike.
 Each setting is one row of `TABLE`: its field, its environment variable
 (`DISPATCH_CONTROLLER_<FIELD>`), its CLI option, its type and bounds, its
 help. `Settings.from_env` reads the environment through `parse`, and
-`toolkit controller` (toolkit/cli_cluster.py) builds its options from the
+`toolkit controller` (controller/cli.py) builds its options from the
 same rows and hands their raw text to `from_env`, which parses it with the
 same `parse`. So a value means the same thing from either side, and a value
 refused on one side is refused on the other with the same one line, naming

@@ -18,7 +18,11 @@ imports nothing outside the standard library at module level, and:
   errors, exit codes, the shared helpers). The group knows each subcommand
   as "module:attribute" in COMMANDS and imports it when it is invoked;
   `toolkit --help` and completion list the commands from SUMMARIES, so
-  listing them imports none of them.
+  listing them imports none of them. A command another package contributes
+  (the controller's, the local cluster's) is an entry point in the group
+  ENTRY_POINTS, loaded by name when invoked: the toolkit never imports the
+  layers above it or the tools beside the product (docs/toolkit.md,
+  "Architecture"; tests/lint/test_layers.py).
 
 Adding a command is one entry in _TABLE: its name, "module:attribute" of a
 click.Command (or Group) defined at module level, and the first sentence of
@@ -68,15 +72,23 @@ _TABLE: dict[str, tuple[str, str]] = {
         "The dispatch TrainJobs of a namespace (or of all, -A): state, mode, the A last written, executions recorded, the high-water mark of R and the foreign flag."),
     "adopt": ("toolkit.cli_cluster:adopt_cmd",
         "Clear the foreign flag of TRAINJOB after a person has judged it: the causes and REASON go into its history, the flag's annotations and label are removed, the current JobSet UID is recorded, and the next execution's R is set above the high-water mark (a running TrainJob is held in plain mode, re-queued through the check in Kueue mode)."),
-    "controller": ("toolkit.cli_cluster:controller_cmd",
-        "Run the admission-check controller and reset detector (JSON logs on stderr)."),
-    "cluster": ("toolkit.cli_local:cluster",
-        "The local cluster: etcd, kube-apiserver and the real Trainer, JobSet and Kueue controllers."),
     "completion": ("toolkit.cli_completion:completion_cmd",
         "Print the completion script for SHELL."),
 }
 COMMANDS: dict[str, str] = {name: target for name, (target, _) in _TABLE.items()}
-SUMMARIES: dict[str, str] = {name: summary for name, (_, summary) in _TABLE.items()}
+
+# Commands other packages contribute: an entry point in this group, NAME =
+# "module:attribute" of a click.Command, declared in their pyproject.toml and
+# loaded by name when invoked, so the toolkit names none of their modules.
+# The controller (which sits above the toolkit) and the local cluster
+# (devcluster/, outside the product) contribute theirs this way.
+ENTRY_POINTS = "dispatch_k8s.toolkit_commands"
+# name -> the first sentence of a contributed command's help, so listing it imports nothing.
+CONTRIBUTED: dict[str, str] = {
+    "controller": "Run the admission-check controller and reset detector (JSON logs on stderr).",
+    "cluster": "The local cluster: etcd, kube-apiserver and the real Trainer, JobSet and Kueue controllers.",
+}
+SUMMARIES: dict[str, str] = {**{name: summary for name, (_, summary) in _TABLE.items()}, **CONTRIBUTED}
 
 # kubectl runs an executable named kubectl-<name> on PATH for `kubectl <name> ...`, with every
 # argument after <name> (--kubeconfig, --context, -n and -A included) and its own environment.

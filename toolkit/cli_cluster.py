@@ -1,14 +1,15 @@
-"""`toolkit start|open|hold|release|status|executions|list|adopt|controller`:
-the adapter operations and the controller against a cluster.
+"""`toolkit start|open|hold|release|status|executions|list|adopt`: the
+adapter operations against a cluster.
 
 Kubectl-shaped: each command names its cluster and namespace with the
 options `toolkit.cli_target` gives it (the namespace from the kubeconfig
 context when -n is not given; -A where a list makes sense), and prints in
 the format `-o` names (`toolkit.cli_output`: the table, json or yaml).
 
-Thin commands: parse, call `toolkit.adapter` (or the controller's `run`),
-print. A refusal (`adapter.AdapterError`, a bound, an API refusal) is one
-line on stderr and exit 1; bad input is exit 2 (click's usage errors).
+Thin commands: parse, call `toolkit.adapter`, print. A refusal
+(`adapter.AdapterError`, a bound, an API refusal) is one line on stderr and
+exit 1; bad input is exit 2 (click's usage errors). The controller's own
+command lives with the controller (`controller.cli`).
 Loaded lazily by `toolkit.cli`, so `toolkit wrap` never imports the
 kubernetes client.
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 import datetime
 import functools
 import re
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -363,49 +363,3 @@ def adopt_cmd(trainjob: str, reason: str, reviewed: str, checks: tuple[str, ...]
     elif done.running:
         click.echo("warning: still running and no admitted Workload with our check was found to re-queue; "
                    "until its next admission, a JobSet restart starts with the same A", err=True)
-
-
-def _controller_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The controller's options, one for each row of the settings table
-    (controller/settings.py). They pass their raw text on, and the
-    table's parser reads it exactly as it reads the environment: no click
-    type or `envvar=` here, so there is one rule book, not two."""
-    from controller import settings
-
-    for spec in reversed(settings.TABLE):
-        text = spec.help_text
-        if spec.kind == "bool":
-            decl = f"{spec.option}/--no-{spec.option[2:]}"
-            fn = click.option(decl, spec.field, default=None, help=text)(fn)
-        else:
-            metavar = "INTEGER" if spec.kind == "int" else spec.kind.upper().replace("-", "_")
-            fn = click.option(spec.option, spec.field, default=None, metavar=metavar, help=text)(fn)
-    return fn
-
-
-@click.command("controller")
-@_controller_options
-def controller_cmd(**options: Any) -> None:
-    """Run the admission-check controller and reset detector (JSON logs on stderr).
-
-    Every option has an environment twin (DISPATCH_CONTROLLER_<OPTION>); an
-    option beats its variable, which beats the default.
-
-    \b
-    Example:
-      toolkit controller --kubeconfig ~/.kube/config --context dev --health-port 8081
-    """
-    from controller import app, certs
-
-    try:
-        settings = app.Settings.from_env(**options)
-    except app.SettingsError as exc:
-        raise cli_root.with_context(cli_root.BadInput(str(exc))) from None
-    try:
-        code = app.run(settings)
-    except kube.ConfigError as exc:
-        where = "--kubeconfig" if settings.context is None else f"--kubeconfig, --context {settings.context}"
-        raise _refusal(f"{where}: {exc}") from None
-    except certs.CertificateError as exc:
-        raise _refusal(f"--metrics-cert-dir: {exc}") from None
-    sys.exit(code)

@@ -4,7 +4,8 @@ identity).
 
 `toolkit.cli` (the entry points, standard library only) imports this module
 for every run that is not `toolkit wrap`'s fast path. The group knows each
-subcommand only as "module:attribute" (`cli.COMMANDS`) and imports it when
+subcommand only as "module:attribute" (`cli.COMMANDS`), or as an entry
+point another package contributes (`cli.ENTRY_POINTS`), and imports it when
 it is invoked; `--help` and shell completion list every command from its
 first sentence in `cli.SUMMARIES`, so listing them imports none.
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -62,22 +64,36 @@ def with_context(exc: click.ClickException) -> click.ClickException:
 class LazyGroup(click.Group):
     """A group whose commands are imported on first use from "module:attr"."""
 
-    def __init__(self, *args: Any, lazy: dict[str, str], summaries: dict[str, str], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lazy: dict[str, str], summaries: dict[str, str], entry_points: str,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = lazy
         self.summaries = summaries
+        self.entry_points = entry_points
+
+    def contributed(self) -> dict[str, importlib.metadata.EntryPoint]:
+        """The commands installed packages contribute (the entry point group
+        `entry_points`), by name; read from their metadata, nothing imported.
+        A name of our own is never taken by one."""
+        found = importlib.metadata.entry_points(group=self.entry_points)
+        return {ep.name: ep for ep in found if ep.name not in self.lazy}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy) | set(self.contributed()))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy:
-            module_name, _, attr = self.lazy[cmd_name].partition(":")
+            target = self.lazy[cmd_name]
+            module_name, _, attr = target.partition(":")
             command = getattr(importlib.import_module(module_name), attr)
-            if not isinstance(command, click.Command):
-                raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
-            return command
-        return super().get_command(ctx, cmd_name)
+        else:
+            entry_point = self.contributed().get(cmd_name)
+            if entry_point is None:
+                return super().get_command(ctx, cmd_name)
+            target, command = entry_point.value, entry_point.load()
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
 
     def listed(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         """The command as `--help` and completion list it: for a lazy one, a
@@ -139,7 +155,8 @@ def _stderr(line: str) -> None:
     click.echo(line, err=True)
 
 
-@click.group(cls=LazyGroup, lazy=cli.COMMANDS, summaries=cli.SUMMARIES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, lazy=cli.COMMANDS, summaries=cli.SUMMARIES, entry_points=cli.ENTRY_POINTS,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dispatch-k8s", prog_name="toolkit")
 def root() -> None:
     """Execution identity for Kubeflow TrainJobs: wrap commands, render

@@ -14,8 +14,8 @@ import yaml
 from click.testing import CliRunner
 
 from controller import app
+from controller import cli as controller_cli
 from tests.controller.conftest import ControllerProcess, run_controller_once, wait_until
-from toolkit import cli_cluster
 
 
 
@@ -44,7 +44,7 @@ def test_toolkit_controller_passes_the_health_host_to_the_controller(
         seen.append(settings)
         return 0
     monkeypatch.setattr(app, "run", run)
-    result = CliRunner().invoke(cli_cluster.controller_cmd, argv, env=env)
+    result = CliRunner().invoke(controller_cli.controller_cmd, argv, env=env)
     assert result.exit_code == 0, result.output
     assert [s.health_host for s in seen] == [expected]
 

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from controller import admission, app, settings
-from toolkit import cli_cluster
+from controller import cli as controller_cli
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -172,7 +172,7 @@ def _invoke(monkeypatch: pytest.MonkeyPatch, argv: list[str], env: dict[str, str
     seen: list[app.Settings] = []
     monkeypatch.setattr(app, "run", lambda s: seen.append(s) or 0)
     clean = {k: None for k in os.environ if k.startswith("DISPATCH_")}
-    result = CliRunner().invoke(cli_cluster.controller_cmd, argv, env={**clean, **env})
+    result = CliRunner().invoke(controller_cli.controller_cmd, argv, env={**clean, **env})
     return result, (seen[0] if seen else None)
 
 

@@ -150,7 +150,7 @@ def test_render_runtime_then_check_runtime(tmp_path: pathlib.Path, monkeypatch: 
     one_line(r.stderr)
 
 
-@pytest.mark.parametrize("command", [[], *([name] for name in cli.COMMANDS), ["render", "trainjob"], ["render", "runtime"]])
+@pytest.mark.parametrize("command", [[], *([name] for name in cli.SUMMARIES), ["render", "trainjob"], ["render", "runtime"]])
 def test_every_command_has_help_with_an_example(command: list[str]) -> None:
     r = run(*command, "--help")
     assert r.exit_code == 0 and "Example" in r.stdout and "toolkit" in r.stdout
@@ -195,6 +195,15 @@ def test_lazy_mapping_is_one_line_per_command() -> None:
     for name, target in cli.COMMANDS.items():
         module, _, attr = target.partition(":")
         assert module and attr, name
+        assert cli.root.get_command(None, name).name == name  # type: ignore[arg-type, union-attr]
+
+
+def test_contributed_commands_come_from_the_installed_entry_points() -> None:
+    installed = cli.root.contributed()
+    assert sorted(installed) == sorted(cli.CONTRIBUTED)
+    assert not set(installed) & set(cli.COMMANDS)
+    for name, entry_point in installed.items():
+        assert not entry_point.value.startswith("toolkit."), "the toolkit's own commands are in its table"
         assert cli.root.get_command(None, name).name == name  # type: ignore[arg-type, union-attr]
 
 

@@ -1,5 +1,10 @@
 """`toolkit cluster up|down|status`: the local cluster (devcluster/local.py).
 
+The local cluster is a developer's tool beside the product, and the product
+never imports it: this group reaches `toolkit` through the entry point group
+`dispatch_k8s.toolkit_commands` (pyproject.toml), which the toolkit's click
+group loads by name when `toolkit cluster` is invoked.
+
 Thin: each command calls one function and prints; a refusal is one line
 (`toolkit cluster up: ...`, exit 1).
 """
@@ -12,7 +17,7 @@ from toolkit import cli_root
 
 
 def _local():  # type: ignore[no-untyped-def]
-    # Imported on use: the package is only present in a checkout (make venv).
+    # Imported on use: `toolkit cluster --help` does not load the harness.
     from devcluster import local
     return local
 
