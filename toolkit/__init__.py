@@ -1,14 +1,14 @@
 """dispatch toolkit: execution identity for Kubeflow TrainJobs.
 
-Layers, lowest first (a module imports only from layers below it):
-  names, paths, backoff, jsonlog, envparse                        the core the controller, dispatcher and
-                                                                  sidecar share: standard library only
-  identity, detect, request, wrap, render, runtime_check          pure logic
-  kube                                                            the one module that owns the kubernetes client
-  adapter                                                         the operations
-  cli                                                             click shell: parse, call, print
+Layers, lowest first: the standard-library core the controller, dispatcher
+and sidecar share; the pure identity domain and, beside it, the one
+Kubernetes client; the operations, where the two meet; the `toolkit` CLI on
+top. A module imports only its own layer and the ones below it, never one
+above or beside it (the domain and the client). The table is written
+once, in docs/architecture.md, and held by tests/lint/test_layers.py.
 
 The long-running processes are packages beside this one, built on it:
-controller/, dispatcher/ and sidecar/ (`toolkit controller` starts the
-controller).
+controller/, dispatcher/ and sidecar/; the toolkit imports none of them
+(`toolkit controller` is the controller's own command, loaded by its entry
+point).
 """

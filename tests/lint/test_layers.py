@@ -1,0 +1,245 @@
+"""The product's layers point one way (docs/toolkit.md, "Architecture"): every
+import of every module of the product, read with `ast`, goes to its own layer
+or one the layer table below lets it use, and never to a tool outside the
+product.
+
+What counts as an import: `import x`, `from x import y`, `from . import y`
+(at module level, inside a function, under TYPE_CHECKING alike), a call
+`importlib.import_module("x")` or `__import__("x")` with a literal name, and
+a literal "module:attribute" string naming a first-party module (the lazy
+command table in toolkit/cli.py names its commands that way, and the click
+group imports them from it). A finding names the file, the line, the import
+and both layers.
+
+The layer table is the one written description of the order; EXCEPTIONS are
+the imports allowed against it, each with its reason, and an exception no
+longer used fails too, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import fnmatch
+import importlib.metadata
+import pathlib
+import re
+import sys
+import tomllib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PRODUCT = ("toolkit", "controller", "dispatcher", "sidecar")
+# First-party code outside the product: it may import the product, the product never imports it.
+OUTSIDE = ("devcluster", "release", "refbackend", "bench", "tests", "scripts", "examples", "dispatch_fence", "fence")
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    modules: tuple[str, ...]  # module names, or fnmatch patterns of them
+    below: tuple[str, ...]  # the layers it may import besides its own
+    third_party: bool = True  # the declared dependencies (pyproject.toml); the standard library always
+
+
+_UNDER_THE_SHELLS = ("core", "domain", "kube", "operations")
+
+# Bottom to top. A layer imports its own and the ones in `below`: nothing above, nothing beside.
+LAYERS: dict[str, Layer] = {
+    # The shared core: the standard library only, importable alone (the sidecar ships it and nothing else).
+    "core": Layer(modules=("toolkit", "toolkit.names", "toolkit.marks", "toolkit.detect", "toolkit.envparse",
+                           "toolkit.backoff", "toolkit.jsonlog", "toolkit.paths", "toolkit.identity",
+                           "toolkit.prologue", "toolkit.formats"),
+                  below=(), third_party=False),
+    # The identity domain, pure: no Kubernetes client, no I/O beyond reading the files it is given.
+    "domain": Layer(modules=("toolkit.raising", "toolkit.history", "toolkit.causes", "toolkit.flagmark",
+                             "toolkit.render", "toolkit.runtime_check", "toolkit.request", "toolkit.wrap",
+                             "toolkit.yamlio", "toolkit.releaseinfo"),
+                    below=("core",)),
+    # The Kubernetes client, beside the domain: neither imports the other.
+    "kube": Layer(modules=("toolkit.kube", "toolkit.informer", "toolkit.kubecontext"), below=("core",)),
+    # The domain's operations on the outside world: on a cluster through the client, on images through Docker.
+    "operations": Layer(modules=("toolkit.adapter", "toolkit.admission_checks", "toolkit.listing",
+                                 "toolkit.image_check"),
+                        below=("core", "domain", "kube")),
+    # The shells on top: none imports another.
+    "cli": Layer(modules=("toolkit.cli", "toolkit.cli_*"), below=_UNDER_THE_SHELLS),
+    "controller": Layer(modules=("controller", "controller.*"), below=_UNDER_THE_SHELLS),
+    "dispatcher": Layer(modules=("dispatcher", "dispatcher.*"), below=_UNDER_THE_SHELLS),
+    "sidecar": Layer(modules=("sidecar", "sidecar.*"), below=("core",)),
+}
+
+# (importing module, imported module or package): why it is allowed. At most five.
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    # The checkpoint fence is its own distribution (fence/) so trainers install it alone; the one
+    # command that publishes checkpoints from a shell is its only user in the product.
+    ("toolkit.cli_checkpoint", "dispatch_fence"): "`toolkit checkpoint` is the fence's command line",
+    # requests comes with the docker client (a declared dependency) and carries its errors.
+    ("toolkit.image_check", "requests"): "the docker client's transport errors are requests' own",
+}
+
+_MODULE_ATTR = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def product_modules() -> dict[str, pathlib.Path]:
+    return {module_name(p): p for top in PRODUCT for p in sorted((ROOT / top).rglob("*.py"))}
+
+
+def layer_of(module: str) -> str | None:
+    found = [name for name, layer in LAYERS.items()
+             if any(fnmatch.fnmatchcase(module, pattern) for pattern in layer.modules)]
+    assert len(found) <= 1, f"{module} is in more than one layer: {found}"
+    return found[0] if found else None
+
+
+def declared_dependencies() -> set[str]:
+    """The import names of pyproject.toml's dependencies, as the installed distributions provide them."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0].lower().replace("_", "-") for d in project["dependencies"]}
+    return {name for name, dists in importlib.metadata.packages_distributions().items()
+            if any(d.lower().replace("_", "-") in wanted for d in dists)}
+
+
+def imports(source: str, *, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, imported module) for every import in `source`, as named in the module docstring."""
+    known = set(product_modules())
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+
+    def resolve(name: str) -> str:
+        # The longest product module `name` starts with, else `name` itself.
+        parts = name.split(".")
+        for end in range(len(parts), 0, -1):
+            if ".".join(parts[:end]) in known:
+                return ".".join(parts[:end])
+        return name
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, resolve(alias.name)) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base_name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                base_name = node.module or ""
+            for alias in node.names:
+                candidate = f"{base_name}.{alias.name}"
+                found.append((node.lineno, candidate if candidate in known else resolve(base_name)))
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in ("import_module", "__import__"):
+                found.append((node.lineno, resolve(node.args[0].value)))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_ATTR.fullmatch(node.value):
+            target = node.value.partition(":")[0]
+            if target.split(".")[0] in PRODUCT + OUTSIDE:
+                found.append((node.lineno, resolve(target)))
+    return sorted(found)
+
+
+def violations(source: str, *, module: str, path: str, is_package: bool = False,
+               third_party: set[str] | None = None) -> list[str]:
+    """One line per import of `module` that its layer does not allow."""
+    third_party = declared_dependencies() if third_party is None else third_party
+    own = layer_of(module)
+    if own is None:
+        return [f"{path}: {module} is in no layer (add it to LAYERS in tests/lint/test_layers.py)"]
+    layer = LAYERS[own]
+    out = []
+    for line, target in imports(source, module=module, is_package=is_package):
+        top = target.split(".")[0]
+        if (module, top) in EXCEPTIONS or (module, target) in EXCEPTIONS:
+            continue
+        if top in PRODUCT:
+            theirs = layer_of(target)
+            if theirs == own or theirs in layer.below:
+                continue
+            why = f"the {theirs} layer, which the {own} layer may not import"
+        elif top in OUTSIDE:
+            why = "outside the product"
+        elif top in sys.stdlib_module_names or top == "__future__":
+            continue
+        elif top in third_party:
+            if layer.third_party:
+                continue
+            why = f"a third-party package, and the {own} layer imports the standard library only"
+        else:
+            why = "outside the product, and not a dependency declared in pyproject.toml"
+        out.append(f"{path}:{line}: {module} ({own}) imports {target}: {why}")
+    return out
+
+
+def test_every_module_of_the_product_imports_only_what_its_layer_allows() -> None:
+    third_party = declared_dependencies()
+    found = []
+    for module, path in product_modules().items():
+        found += violations(path.read_text(), module=module, path=str(path.relative_to(ROOT)),
+                            is_package=path.name == "__init__.py", third_party=third_party)
+    assert found == [], "\n".join(found)
+
+
+def test_every_exception_is_still_used() -> None:
+    modules = product_modules()
+    for importer, imported in EXCEPTIONS:
+        path = modules[importer]
+        targets = {t for _, t in imports(path.read_text(), module=importer)}
+        assert any(t == imported or t.split(".")[0] == imported for t in targets), (importer, imported)
+    assert len(EXCEPTIONS) <= 5
+
+
+def test_the_table_names_layers_that_exist_and_only_lower_ones() -> None:
+    order = list(LAYERS)
+    for name, layer in LAYERS.items():
+        assert all(order.index(b) < order.index(name) for b in layer.below), name
+
+
+# -- the check can fail -------------------------------------------------------
+
+UPWARD = '''\
+import importlib
+from toolkit import kube
+
+
+def later():
+    from controller import app
+    import devcluster.local
+    from . import cli_root
+    return importlib.import_module("dispatcher.app")
+
+
+COMMAND = "toolkit.cli_cluster:status_cmd"
+'''
+
+
+def test_an_upward_import_is_reported_with_its_file_and_line() -> None:
+    found = violations(UPWARD, module="toolkit.names", path="toolkit/names.py", third_party=set())
+    assert found == [
+        "toolkit/names.py:2: toolkit.names (core) imports toolkit.kube: the kube layer, which the core layer may not import",
+        "toolkit/names.py:6: toolkit.names (core) imports controller.app: the controller layer, which the core layer may not import",
+        "toolkit/names.py:7: toolkit.names (core) imports devcluster.local: outside the product",
+        "toolkit/names.py:8: toolkit.names (core) imports toolkit.cli_root: the cli layer, which the core layer may not import",
+        "toolkit/names.py:9: toolkit.names (core) imports dispatcher.app: the dispatcher layer, which the core layer may not import",
+        "toolkit/names.py:12: toolkit.names (core) imports toolkit.cli_cluster: the cli layer, which the core layer may not import",
+    ]
+
+
+@pytest.mark.parametrize(("module", "source", "allowed"), [
+    ("toolkit.adapter", "from toolkit import kube, raising, names\n", True),
+    ("toolkit.raising", "from toolkit import kube\n", False),  # the pure domain knows no client
+    ("toolkit.kube", "from toolkit import history\n", False),  # nor the client the domain
+    ("sidecar.main", "from toolkit import kube\n", False),  # the sidecar: the core only
+    ("controller.app", "from toolkit import cli_root\n", False),  # one shell never imports another
+    ("toolkit.cli_root", "import click\n", True),
+    ("toolkit.detect", "import yaml\n", False),  # the core: the standard library only
+    ("toolkit.cli_root", "import leftpad\n", False),  # not a declared dependency
+])
+def test_the_table_decides(module: str, source: str, allowed: bool) -> None:
+    found = violations(source, module=module, path="x.py", third_party={"click", "yaml"})
+    assert (found == []) is allowed, found
