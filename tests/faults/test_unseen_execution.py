@@ -6,8 +6,8 @@ Then the controller is stopped, A is raised to 2 while the TrainJob is suspended
 an outsider rewrites our runtime patch back to 1 and unsuspends: the second execution runs with
 A = 1, J = 0 and the same JobSet, the first one's identity exactly, and exits 0 on its own. Once
 the controller is back, all it finds is an ended pod; the floor as it stands no longer judges ended
-pods (the preempted execution's pods end after every raise), but the floor set by a raise a second
-or more before the pod's creation does (docs/adapter.md, "What detection cannot see"): the TrainJob
+pods (the preempted execution's pods end after every raise), but the floor set by a raise more than
+the clock margin before the pod's creation does (docs/adapter.md, "What detection cannot see"): the TrainJob
 is flagged `below-floor`, naming the pod, the floor and the time of the raise.
 
 The outsider may lower the floor annotation back to 1 too, in the same update: then no floor judges
@@ -24,7 +24,7 @@ import pytest
 
 from devcluster import scenario as flow, stack as stack_mod
 from devcluster.scenario import Scenario
-from toolkit import adapter, history, names, paths, raising
+from toolkit import adapter, detect, history, names, paths, raising
 
 # The first execution (the one that makes /marks/first) runs until it is stopped; later ones exit 0
 # at once. `env` first: the scenario reads the identity from its lines.
@@ -68,7 +68,9 @@ def test_an_execution_below_the_floor_that_ends_while_our_controller_is_down_is_
 
         stack.ours.stop()
         assert adapter.raise_admission(sc.client, namespace=namespace, name=sc.name).admission == 2
-        time.sleep(1.1)  # the outsider comes a second or more after the raise
+        # The outsider comes more than the clock margin after the raise: a pod created within it is not
+        # judged by the raise's floor (docs/adapter.md, "Clocks").
+        time.sleep(detect.SKEW_SECONDS + 1.1)
         _rewrite_patch(sc, 1, floor=lowered == "patch and floor")
         sc.client.merge_patch(paths.TRAINJOB, {"spec": {"suspend": False}}, name=sc.name, namespace=namespace)
         [twin_pod] = sc.new_pods()
