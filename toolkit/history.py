@@ -430,6 +430,12 @@ def _start(history: History, *, a: int, j: int, jobset_uid: str | None, created:
     return min(filter(None, (created, *own)), default=None)
 
 
+def _latest(history: History, *, a: int, j: int, jobset_uid: str | None, created: str | None) -> str | None:
+    """The latest creation time known of the execution (A, J, JobSet): its record's and this pod's."""
+    own = [e.latest or e.created for e in history.executions if (e.a, e.j, e.jobset_uid) == (a, j, jobset_uid)]
+    return max(filter(None, (created, *own)), default=None)
+
+
 def repeat_across_raise(history: History, *, a: int, j: int, jobset_uid: str | None, created: str | None,
                         raises: list[tuple[int, str]]) -> detect.Violation | None:
     """A pod of a recorded execution created on the other side of a raise from that execution's
@@ -465,8 +471,7 @@ def repeat_across_unsuspend(history: History, *, a: int, j: int, jobset_uid: str
     (`detect.SKEW_SECONDS`): stamped by another apiserver replica, a pod created just after it can
     read as a second before it."""
     start = _start(history, a=a, j=j, jobset_uid=jobset_uid, created=created)
-    own = [e for e in history.executions if (e.a, e.j, e.jobset_uid) == (a, j, jobset_uid)]
-    latest = max(filter(None, (created, *(e.latest or e.created for e in own))), default=None)
+    latest = _latest(history, a=a, j=j, jobset_uid=jobset_uid, created=created)
     if start is None or latest is None:
         return None
     # The unsuspend read now and every one kept: an execution ended and suspended again is judged too.
@@ -490,9 +495,9 @@ def repeat_after_stop(history: History, *, a: int, j: int, jobset_uid: str | Non
     the same second as the stop is not taken for a repeat: a preemption can land in the second its
     execution's last pod was created. A resume that fast is left to the unsuspend rule
     (`repeat_across_unsuspend`), which compares with the unsuspend instead."""
-    own = [e for e in history.executions if (e.a, e.j, e.jobset_uid) == (a, j, jobset_uid)]
-    latest = max(filter(None, (created, *(e.latest or e.created for e in own))), default=None)
-    first_stop = min(filter(None, (stopped, *(e.stopped for e in own))), default=None)
+    latest = _latest(history, a=a, j=j, jobset_uid=jobset_uid, created=created)
+    first_stop = min(filter(None, (stopped, *(e.stopped for e in history.executions
+                                               if (e.a, e.j, e.jobset_uid) == (a, j, jobset_uid)))), default=None)
     if latest is None or first_stop is None or latest <= first_stop:
         return None
     return detect.resumed_after_stop(a=a, j=j, created=latest, stopped=first_stop)
