@@ -11,12 +11,14 @@ STAMP := $(VENV)/.installed
 deps:
 	sh scripts/install-host-packages.sh
 
-# The checkpoint fence is a distribution of its own (fence/: what training images install);
-# the toolkit's `checkpoint` command imports it, so it is installed first, with both extras.
-$(STAMP): pyproject.toml fence/pyproject.toml constraints.txt
+# Three distributions, installed editable: the checkpoint fence (fence/: what training images
+# install), the toolkit (the root pyproject.toml: the wheel users install; its `checkpoint` command
+# imports the fence), and the development distribution (dev/pyproject.toml: the processes, the
+# local cluster, the release, the reference backend and the test tools).
+$(STAMP): pyproject.toml fence/pyproject.toml dev/pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q -c constraints.txt -e './fence[s3,gcs]'
-	$(VENV)/bin/pip install -q -c constraints.txt -e '.[test]'
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[checkpoint]' -e './dev[test]'
 	touch $@
 
 venv: deps $(STAMP)

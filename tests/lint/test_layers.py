@@ -39,7 +39,9 @@ OUTSIDE = ("devcluster", "release", "refbackend", "bench", "tests", "scripts", "
 class Layer:
     modules: tuple[str, ...]  # module names, or fnmatch patterns of them
     below: tuple[str, ...]  # the layers it may import besides its own
-    third_party: bool = True  # the declared dependencies (pyproject.toml); the standard library always
+    # Third-party packages it may import: those the user wheel declares (pyproject.toml), or those and
+    # the development distribution's (dev/pyproject.toml), or none. The standard library always.
+    third_party: str | None = "wheel"
 
 
 _UNDER_THE_SHELLS = ("core", "domain", "kube", "operations")
@@ -50,23 +52,24 @@ LAYERS: dict[str, Layer] = {
     "core": Layer(modules=("toolkit", "toolkit.names", "toolkit.marks", "toolkit.detect", "toolkit.envparse",
                            "toolkit.backoff", "toolkit.jsonlog", "toolkit.paths", "toolkit.identity",
                            "toolkit.prologue", "toolkit.formats"),
-                  below=(), third_party=False),
+                  below=(), third_party=None),
     # The identity domain, pure: no Kubernetes client, no I/O beyond reading the files it is given.
-    "domain": Layer(modules=("toolkit.raising", "toolkit.history", "toolkit.causes", "toolkit.flagmark",
-                             "toolkit.render", "toolkit.runtime_check", "toolkit.request", "toolkit.wrap",
-                             "toolkit.yamlio", "toolkit.releaseinfo"),
+    "domain": Layer(modules=("toolkit.raising", "toolkit.history", "toolkit.history.*", "toolkit.causes",
+                             "toolkit.flagmark", "toolkit.render", "toolkit.runtime_check", "toolkit.request",
+                             "toolkit.wrap", "toolkit.yamlio", "toolkit.releaseinfo"),
                     below=("core",)),
     # The Kubernetes client, beside the domain: neither imports the other.
     "kube": Layer(modules=("toolkit.kube", "toolkit.informer", "toolkit.kubecontext"), below=("core",)),
     # The domain's operations on the outside world: on a cluster through the client, on images through Docker.
-    "operations": Layer(modules=("toolkit.adapter", "toolkit.admission_checks", "toolkit.listing",
-                                 "toolkit.image_check"),
+    "operations": Layer(modules=("toolkit.adapter", "toolkit.adapter.*", "toolkit.admission_checks",
+                                 "toolkit.listing", "toolkit.image_check"),
                         below=("core", "domain", "kube")),
     # The shells on top: none imports another.
     "cli": Layer(modules=("toolkit.cli", "toolkit.cli_*"), below=_UNDER_THE_SHELLS),
-    "controller": Layer(modules=("controller", "controller.*"), below=_UNDER_THE_SHELLS),
-    "dispatcher": Layer(modules=("dispatcher", "dispatcher.*"), below=_UNDER_THE_SHELLS),
-    "sidecar": Layer(modules=("sidecar", "sidecar.*"), below=("core",)),
+    # The processes: installed into their images, with what the development distribution declares.
+    "controller": Layer(modules=("controller", "controller.*"), below=_UNDER_THE_SHELLS, third_party="dev"),
+    "dispatcher": Layer(modules=("dispatcher", "dispatcher.*"), below=_UNDER_THE_SHELLS, third_party="dev"),
+    "sidecar": Layer(modules=("sidecar", "sidecar.*"), below=("core",), third_party=None),
 }
 
 # (importing module, imported module or package): why it is allowed. At most five.
@@ -97,12 +100,19 @@ def layer_of(module: str) -> str | None:
     return found[0] if found else None
 
 
-def declared_dependencies() -> set[str]:
-    """The import names of pyproject.toml's dependencies, as the installed distributions provide them."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0].lower().replace("_", "-") for d in project["dependencies"]}
+def _import_names(*pyprojects: str) -> set[str]:
+    """The import names of the pyprojects' dependencies, as the installed distributions provide them."""
+    wanted = set()
+    for pyproject in pyprojects:
+        project = tomllib.loads((ROOT / pyproject).read_text())["project"]
+        wanted |= {re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0].lower().replace("_", "-") for d in project["dependencies"]}
     return {name for name, dists in importlib.metadata.packages_distributions().items()
             if any(d.lower().replace("_", "-") in wanted for d in dists)}
+
+
+def declared_dependencies() -> dict[str, set[str]]:
+    """A layer's `third_party` -> the import names it may use."""
+    return {"wheel": _import_names("pyproject.toml"), "dev": _import_names("pyproject.toml", "dev/pyproject.toml")}
 
 
 def imports(source: str, *, module: str, is_package: bool = False) -> list[tuple[int, str]]:
@@ -145,7 +155,7 @@ def imports(source: str, *, module: str, is_package: bool = False) -> list[tuple
 
 
 def violations(source: str, *, module: str, path: str, is_package: bool = False,
-               third_party: set[str] | None = None) -> list[str]:
+               third_party: dict[str, set[str]] | None = None) -> list[str]:
     """One line per import of `module` that its layer does not allow."""
     third_party = declared_dependencies() if third_party is None else third_party
     own = layer_of(module)
@@ -166,12 +176,14 @@ def violations(source: str, *, module: str, path: str, is_package: bool = False,
             why = "outside the product"
         elif top in sys.stdlib_module_names or top == "__future__":
             continue
-        elif top in third_party:
-            if layer.third_party:
-                continue
+        elif layer.third_party and top in third_party[layer.third_party]:
+            continue
+        elif layer.third_party is None and any(top in names for names in third_party.values()):
             why = f"a third-party package, and the {own} layer imports the standard library only"
+        elif layer.third_party == "wheel" and top in third_party["dev"]:
+            why = f"a package the user wheel does not declare (pyproject.toml), and the {own} layer ships in it"
         else:
-            why = "outside the product, and not a dependency declared in pyproject.toml"
+            why = "outside the product, and not a declared dependency"
         out.append(f"{path}:{line}: {module} ({own}) imports {target}: {why}")
     return out
 
@@ -219,7 +231,7 @@ COMMAND = "toolkit.cli_cluster:status_cmd"
 
 
 def test_an_upward_import_is_reported_with_its_file_and_line() -> None:
-    found = violations(UPWARD, module="toolkit.names", path="toolkit/names.py", third_party=set())
+    found = violations(UPWARD, module="toolkit.names", path="toolkit/names.py", third_party={"wheel": set(), "dev": set()})
     assert found == [
         "toolkit/names.py:2: toolkit.names (core) imports toolkit.kube: the kube layer, which the core layer may not import",
         "toolkit/names.py:6: toolkit.names (core) imports controller.app: the controller layer, which the core layer may not import",
@@ -234,12 +246,17 @@ def test_an_upward_import_is_reported_with_its_file_and_line() -> None:
     ("toolkit.adapter", "from toolkit import kube, raising, names\n", True),
     ("toolkit.raising", "from toolkit import kube\n", False),  # the pure domain knows no client
     ("toolkit.kube", "from toolkit import history\n", False),  # nor the client the domain
+    ("toolkit.history.repeats", "from toolkit import kube\n", False),  # a part of the domain is the domain
+    ("toolkit.adapter.holds", "from toolkit.history import stored\n", True),  # operations use the domain's parts
     ("sidecar.main", "from toolkit import kube\n", False),  # the sidecar: the core only
     ("controller.app", "from toolkit import cli_root\n", False),  # one shell never imports another
     ("toolkit.cli_root", "import click\n", True),
     ("toolkit.detect", "import yaml\n", False),  # the core: the standard library only
     ("toolkit.cli_root", "import leftpad\n", False),  # not a declared dependency
+    ("controller.metrics", "import prometheus_client\n", True),  # the controller's image has it
+    ("toolkit.cli_root", "import prometheus_client\n", False),  # the user wheel does not
 ])
 def test_the_table_decides(module: str, source: str, allowed: bool) -> None:
-    found = violations(source, module=module, path="x.py", third_party={"click", "yaml"})
+    found = violations(source, module=module, path="x.py",
+                       third_party={"wheel": {"click", "yaml"}, "dev": {"click", "yaml", "prometheus_client"}})
     assert (found == []) is allowed, found
