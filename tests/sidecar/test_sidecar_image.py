@@ -14,9 +14,11 @@ reachable. The build context holds only what the Containerfile copies.
 
 from __future__ import annotations
 
+import io
 import json
 import pathlib
 import shutil
+import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,6 +29,7 @@ import docker.errors
 import pytest
 
 from tests import containers
+from tests.lint import test_layers
 from devcluster import harness
 from tests.sidecar import test_sidecar_cluster as cluster
 from toolkit import names, render
@@ -101,6 +104,22 @@ def test_image_is_non_root_small_and_has_no_shell(client: docker.DockerClient, i
     assert (refused.exit_code, refused.stdout) == (2, b""), refused.stderr
     assert refused.stderr.decode().splitlines() == [
         "dispatch-sidecar: DISPATCH_SIDECAR_INTERVAL_SECONDS='soon': must be a number of seconds in [0.01, 86400]"]
+
+
+def test_the_image_carries_the_toolkit_core_alone(client: docker.DockerClient, image: str) -> None:
+    # What a check may load is what the image holds: of the toolkit, the core's modules
+    # (docs/architecture.md) and none of the identity domain, the client or the operations.
+    container = client.containers.create(image, network_mode="none")
+    try:
+        stream, _ = container.get_archive("/opt/dispatch/toolkit")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            files = [m.name for m in tar.getmembers() if m.isfile() and m.name.endswith(".pyc")]
+    finally:
+        container.remove(force=True)
+    modules = {"toolkit" if f == "toolkit/__init__.pyc" else f.removesuffix(".pyc").replace("/", ".")
+               for f in files}
+    assert {"toolkit", "toolkit.names", "toolkit.detect"} <= modules, files
+    assert sorted(m for m in modules if test_layers.layer_of(m) != "core") == []
 
 
 def test_runs_read_only_against_the_apiserver_and_stops_on_sigterm(

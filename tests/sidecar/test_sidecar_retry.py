@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from devcluster import harness
+from tests.lint import test_layers
 from toolkit import names
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -255,6 +256,11 @@ def test_every_module_a_check_imports_is_in_the_image(tmp_path: pathlib.Path, pk
     assert (tmp_path / "started").read_text() == "1\n"  # what the startupProbe waits for
     imported = {line.rsplit("|", 1)[1].strip() for line in timed[1:]}  # the first line is the header
     assert {"sidecar.wire", "json"} <= imported
+    # Of the toolkit, the core alone (docs/architecture.md): nothing of the identity domain, the
+    # Kubernetes client or the operations is loaded by a whole check.
+    toolkit = {m for m in imported if m.split(".")[0] == "toolkit"}
+    assert {"toolkit.names", "toolkit.detect"} <= toolkit
+    assert sorted(m for m in toolkit if test_layers.layer_of(m) != "core") == []
     missing = imported - set(mkroot.closure(REPO)) - {"sidecar.__main__"}
     # An import that fails by design is listed too (copy.py tries org.python.core, Jython's): only a
     # module that exists can be missing from the image.
