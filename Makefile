@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv release release-registry release-images images controlplane controllers objectstores torch-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
+.PHONY: deps venv release release-registry release-images images controlplane controllers objectstores torch-venv sdk-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
 deps:
 	sh scripts/install-host-packages.sh
@@ -61,10 +61,16 @@ objectstores: deps
 torch-venv: deps
 	bash devcluster/build-torch-venv.sh
 
-e2e: venv images release-images controlplane controllers
+# The Kubeflow SDK (kubeflow, with the Trainer's API models and its own kubernetes client) for the
+# tests that submit TrainJobs as an SDK user does, in a virtualenv of its own in the user cache, every
+# version pinned by devcluster/sdk-constraints.txt (devcluster/build-sdk-venv.sh).
+sdk-venv: deps
+	bash devcluster/build-sdk-venv.sh
+
+e2e: venv images release-images controlplane controllers sdk-venv
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e
 
-test: venv images release-images controlplane controllers objectstores torch-venv
+test: venv images release-images controlplane controllers objectstores torch-venv sdk-venv
 	bash scripts/run-tests.sh
 
 # The fault suite alone (docs/e2e.md, "Faults"); `make test` runs it too.
@@ -80,7 +86,7 @@ faults-soak: venv images controlplane controllers
 test-prologue: venv images
 	bash scripts/run-tests.sh prologue
 
-test-python: venv images controlplane objectstores torch-venv
+test-python: venv images controlplane objectstores torch-venv sdk-venv
 	bash scripts/run-tests.sh python
 
 # The whole system on the local cluster (devcluster/demo.py); it builds the cluster first (cached),
