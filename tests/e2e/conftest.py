@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -155,6 +156,22 @@ def _no_stack_beside_a_cluster_of_its_own(request: pytest.FixtureRequest) -> Non
 def _stacks_stopped_after_the_package() -> Iterator[None]:
     yield
     _stop_held()
+
+
+# The Kubeflow SDK's virtualenv, for tests that submit TrainJobs as an SDK user does: the SDK brings
+# its own kubernetes client, so it runs as a process of its own, in that venv's python.
+BUILD_SDK = pathlib.Path(__file__).resolve().parents[2] / "devcluster" / "build-sdk-venv.sh"
+
+
+@pytest.fixture(scope="session")
+def sdk_python() -> str:
+    """The python of the cached Kubeflow SDK virtualenv (devcluster/build-sdk-venv.sh builds it once,
+    `make sdk-venv`); a venv that cannot be had fails the test, never skips it."""
+    out = subprocess.run(["bash", str(BUILD_SDK)], capture_output=True, text=True, timeout=900, check=False)
+    assert out.returncode == 0, f"{BUILD_SDK.name} failed (make sdk-venv):\n{out.stderr[-3000:]}"
+    python = pathlib.Path(out.stdout.splitlines()[-1])
+    assert os.access(python, os.X_OK), f"{BUILD_SDK.name} named {python}, which is not an executable"
+    return str(python)
 
 
 @pytest.fixture
