@@ -1,7 +1,7 @@
-"""`python -m dispatch_fence publish|latest`: the fence's standard-library CLI (checkpoint.main)."""
+"""`python -m dispatch_fence publish|latest`: the fence's standard-library CLI (cli.main)."""
 
 import sys
 
-from dispatch_fence import checkpoint
+from dispatch_fence import cli
 
-sys.exit(checkpoint.main())
+sys.exit(cli.main())

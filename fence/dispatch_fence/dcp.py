@@ -41,7 +41,9 @@ Loading from an object store downloads the checkpoint into a local temporary
 directory on each rank (removed after), then DCP loads it in place.
 
 Needs torch and numpy (DCP's collectives of Python objects need numpy); not dependencies of the
-package: training images bring their own.
+package: training images bring their own. An integration, above the roots: it publishes and
+reads through dispatch_fence.roots (and, for a URL root, the steps of dispatch_fence.objectstore),
+and nothing of the fence imports it.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.checkpoint as torch_dcp
 
-from dispatch_fence import checkpoint
+from dispatch_fence import model, roots
 
 
 def _rank(group: Any) -> int:
@@ -83,7 +85,7 @@ def _gather(value: object, group: Any) -> list[Any]:
 def _outcome(fn: Any, *args: Any, **kwargs: Any) -> tuple[str, Any]:
     try:
         return "ok", fn(*args, **kwargs)
-    except checkpoint.CheckpointError as exc:
+    except model.CheckpointError as exc:
         return "error", exc
 
 
@@ -106,41 +108,41 @@ def _local_files(top: str) -> list[tuple[str, str]]:
 def _target(root: str, attempt: str, group: Any) -> str:
     """Where DCP writes on this rank: the staging directory in a POSIX root (one for every rank),
     or a local temporary directory of this rank's own for a URL root."""
-    if checkpoint.is_url(root):
+    if model.is_url(root):
         return tempfile.mkdtemp(prefix="dispatch-fence-dcp-")
     return os.path.join(root, f".staging-{attempt}-{_broadcast(secrets.token_hex(4), group)}")
 
 
 def _publish(target: str, root: str, *, epoch: int, attempt: str, keep: int | None,
-             group: Any) -> checkpoint.Checkpoint:
+             group: Any) -> model.Checkpoint:
     """Publish what DCP wrote into TARGET, once it finished on this rank; collective."""
-    if checkpoint.is_url(root):
+    if model.is_url(root):
         return _publish_to_store(target, root, epoch=epoch, attempt=attempt, keep=keep, group=group)
     outcome: tuple[str, Any] = ("ok", None)
     if _rank(group) == 0:
-        def publish() -> checkpoint.Checkpoint:
-            open(os.path.join(target, checkpoint.MARKER), "wb").close()
-            return checkpoint.publish(target, root, epoch=epoch, attempt=attempt, keep=keep)
+        def publish() -> model.Checkpoint:
+            open(os.path.join(target, model.MARKER), "wb").close()
+            return roots.publish(target, root, epoch=epoch, attempt=attempt, keep=keep)
         outcome = _outcome(publish)
     return _result(_broadcast(outcome, group))
 
 
 def save(state_dict: dict[str, Any], root: str, *, keep: int | None = None, epoch: int | str | None = None,
-         attempt: str | None = None, process_group: Any = None) -> checkpoint.Checkpoint:
+         attempt: str | None = None, process_group: Any = None) -> model.Checkpoint:
     """Save STATE_DICT with DCP and publish it into ROOT, fenced by the epoch; collective.
 
     Returns the published Checkpoint on every rank; raises StaleEpoch (or another CheckpointError)
     on every rank when the coordinator's publish is refused. EPOCH and ATTEMPT default to
     $DISPATCH_EPOCH and $DISPATCH_ATTEMPT."""
     group, root = process_group, os.fspath(root)
-    epoch_value, attempt_value = checkpoint.execution(epoch, attempt)
-    keep = checkpoint.parse_keep(keep)
+    epoch_value, attempt_value = model.execution(epoch, attempt)
+    keep = model.parse_keep(keep)
     target = _target(root, attempt_value, group)
     try:
         torch_dcp.save(state_dict, checkpoint_id=target, process_group=group)
         return _publish(target, root, epoch=epoch_value, attempt=attempt_value, keep=keep, group=group)
     finally:
-        if checkpoint.is_url(root):
+        if model.is_url(root):
             shutil.rmtree(target, ignore_errors=True)
 
 
@@ -153,7 +155,7 @@ class AsyncSave:
         self._epoch, self._attempt, self._keep, self._group = epoch, attempt, keep, group
         self._outcome: tuple[str, Any] | None = None
 
-    def result(self) -> checkpoint.Checkpoint:
+    def result(self) -> model.Checkpoint:
         """Wait until DCP's write finished on every rank, then publish; collective (every rank calls
         it, at the same point). Returns the published Checkpoint on every rank, or raises StaleEpoch
         (or another CheckpointError) on every rank; LATEST is not touched before. Once resolved, it
@@ -162,7 +164,7 @@ class AsyncSave:
             self._outcome = _outcome(self._finish)
         return _result(self._outcome)
 
-    def _finish(self) -> checkpoint.Checkpoint:
+    def _finish(self) -> model.Checkpoint:
         try:
             failure = None
             try:
@@ -175,12 +177,12 @@ class AsyncSave:
                 raise failure
             if failed:
                 rank, what = failed[0]
-                raise checkpoint.UnwritableRoot(f"{self._root}: the DCP write of rank {rank} failed "
-                                                f"({what.splitlines()[0][:300]}); nothing published")
+                raise model.UnwritableRoot(f"{self._root}: the DCP write of rank {rank} failed "
+                                           f"({what.splitlines()[0][:300]}); nothing published")
             return _publish(self._target, self._root, epoch=self._epoch, attempt=self._attempt, keep=self._keep,
                             group=self._group)
         finally:
-            if checkpoint.is_url(self._root):
+            if model.is_url(self._root):
                 shutil.rmtree(self._target, ignore_errors=True)
 
 
@@ -191,11 +193,11 @@ def async_save(state_dict: dict[str, Any], root: str, *, keep: int | None = None
     which every rank calls: it waits for the write on every rank, then the coordinator publishes
     as save() does. Arguments as save()'s, checked before anything is written."""
     group, root = process_group, os.fspath(root)
-    epoch_value, attempt_value = checkpoint.execution(epoch, attempt)
-    keep = checkpoint.parse_keep(keep)
+    epoch_value, attempt_value = model.execution(epoch, attempt)
+    keep = model.parse_keep(keep)
     if not root:
-        raise checkpoint.BadInput("root is empty")
-    if checkpoint.is_url(root):
+        raise model.BadInput("root is empty")
+    if model.is_url(root):
         from dispatch_fence import objectstore
 
         objectstore.split_url(root)
@@ -203,7 +205,7 @@ def async_save(state_dict: dict[str, Any], root: str, *, keep: int | None = None
     try:
         started = torch_dcp.async_save(state_dict, checkpoint_id=target, process_group=group)
     except BaseException:
-        if checkpoint.is_url(root):
+        if model.is_url(root):
             shutil.rmtree(target, ignore_errors=True)
         raise
     future = getattr(started, "upload_completion", started)  # an AsyncSaveResponse when staging is asynchronous
@@ -211,7 +213,7 @@ def async_save(state_dict: dict[str, Any], root: str, *, keep: int | None = None
 
 
 def _publish_to_store(local: str, root: str, *, epoch: int, attempt: str, keep: int | None,
-                      group: Any) -> checkpoint.Checkpoint:
+                      group: Any) -> model.Checkpoint:
     from dispatch_fence import objectstore
 
     files = _local_files(local)
@@ -233,21 +235,21 @@ def _publish_to_store(local: str, root: str, *, epoch: int, attempt: str, keep: 
             objectstore.abandon(pending)
             outcome = failed
         else:
-            marker = os.path.join(local, checkpoint.MARKER)
+            marker = os.path.join(local, model.MARKER)
             open(marker, "wb").close()
             outcome = _outcome(objectstore.finish, pending, marker, keep=keep)
     return _result(_broadcast(outcome, group))
 
 
-def load(state_dict: dict[str, Any], root: str, *, process_group: Any = None) -> checkpoint.Checkpoint | None:
+def load(state_dict: dict[str, Any], root: str, *, process_group: Any = None) -> model.Checkpoint | None:
     """Load what ROOT/LATEST names into STATE_DICT, in place (DCP); collective. None (STATE_DICT
     untouched) before the first save. The coordinator reads LATEST once, so every rank loads the
     same checkpoint even if a save commits meanwhile."""
     group, root = process_group, os.fspath(root)
-    found = _result(_broadcast(_outcome(checkpoint.latest, root) if _rank(group) == 0 else None, group))
+    found = _result(_broadcast(_outcome(roots.latest, root) if _rank(group) == 0 else None, group))
     if found is None:
         return None
-    if not checkpoint.is_url(root):
+    if not model.is_url(root):
         torch_dcp.load(state_dict, checkpoint_id=found.path, process_group=group)
         return found
     from dispatch_fence import objectstore

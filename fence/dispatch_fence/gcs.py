@@ -1,5 +1,7 @@
 """A GCS root for dispatch_fence.objectstore, over google-cloud-storage (Google's
-client of the JSON API, whose writes take ifGenerationMatch).
+client of the JSON API, whose writes take ifGenerationMatch): the interface of
+dispatch_fence.client, and nothing of the fence above it (the protocol imports
+this module, only for a gs:// root, never the other way).
 
 Configured the way training pods get it: Application Default Credentials
 (GKE Workload Identity through the node's metadata server, or
@@ -18,12 +20,7 @@ from __future__ import annotations
 from google.api_core import exceptions
 from google.cloud import storage
 
-from dispatch_fence import checkpoint, objectstore
-
-
-def _fail(store: Store, what: str, key: str, exc: Exception) -> checkpoint.UnwritableRoot:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return checkpoint.UnwritableRoot(f"{store.url}: {what} {key}: {type(exc).__name__}: {first[:300]}")
+from dispatch_fence import client, model
 
 
 class Store:
@@ -40,23 +37,23 @@ class Store:
     def _blob(self, key: str) -> storage.Blob:
         return self._bucket.blob(self._base + key)
 
-    def list_root(self) -> objectstore.Listing:
+    def list_root(self) -> client.Listing:
         try:
             pages = self._client.list_blobs(self._bucket, prefix=self._base, delimiter="/")
             blobs = list(pages)
             prefixes = sorted(pages.prefixes)
         except exceptions.GoogleAPIError as exc:
-            raise _fail(self, "list", self._base or "/", exc) from None
+            raise client.failure(self.url, what="list", key=self._base or "/", exc=exc) from None
         names = [p[len(self._base):].rstrip("/") for p in prefixes]
-        latest = next((str(b.generation) for b in blobs if b.name == self._base + checkpoint.LATEST), None)
-        return objectstore.Listing(names=names, latest=latest)
+        latest = next((str(b.generation) for b in blobs if b.name == self._base + model.LATEST), None)
+        return client.Listing(names=names, latest=latest)
 
     def list_keys(self, prefix: str) -> list[str]:
         try:
             under = f"{self._base}{prefix}/" if prefix else self._base
             return [b.name[len(self._base):] for b in self._client.list_blobs(self._bucket, prefix=under)]
         except exceptions.GoogleAPIError as exc:
-            raise _fail(self, "list", prefix, exc) from None
+            raise client.failure(self.url, what="list", key=prefix, exc=exc) from None
 
     def read(self, key: str) -> bytes | None:
         try:
@@ -64,13 +61,13 @@ class Store:
         except exceptions.NotFound:
             return None
         except exceptions.GoogleAPIError as exc:
-            raise _fail(self, "read", key, exc) from None
+            raise client.failure(self.url, what="read", key=key, exc=exc) from None
 
     def exists(self, key: str) -> bool:
         try:
             return bool(self._blob(key).exists())
         except exceptions.GoogleAPIError as exc:
-            raise _fail(self, "head", key, exc) from None
+            raise client.failure(self.url, what="head", key=key, exc=exc) from None
 
     def create(self, key: str, source: str | bytes) -> None:
         blob = self._blob(key)
@@ -80,17 +77,17 @@ class Store:
             else:
                 blob.upload_from_filename(source, if_generation_match=0)
         except exceptions.PreconditionFailed:
-            raise objectstore.Exists(key) from None
+            raise client.Exists(key) from None
         except exceptions.GoogleAPIError as exc:
-            raise _fail(self, "create", key, exc) from None
+            raise client.failure(self.url, what="create", key=key, exc=exc) from None
 
     def replace(self, key: str, data: bytes, *, version: str | None) -> None:
         try:
             self._blob(key).upload_from_string(data, if_generation_match=int(version) if version else 0)
         except exceptions.PreconditionFailed:
-            raise objectstore.Conflict(key) from None
+            raise client.Conflict(key) from None
         except exceptions.GoogleAPIError as exc:
-            raise _fail(self, "replace", key, exc) from None
+            raise client.failure(self.url, what="replace", key=key, exc=exc) from None
 
     def delete(self, key: str) -> None:
         try:
@@ -98,4 +95,4 @@ class Store:
         except exceptions.NotFound:
             pass
         except exceptions.GoogleAPIError as exc:
-            raise _fail(self, "delete", key, exc) from None
+            raise client.failure(self.url, what="delete", key=key, exc=exc) from None

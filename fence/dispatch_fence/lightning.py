@@ -21,7 +21,9 @@ retention is `keep`, which never removes what LATEST names. `load_checkpoint`
 takes a Checkpoint's path (what `resume_path` returns) and reads the file in
 it, downloading it from an object store.
 
-Needs lightning (and torch); not dependencies of the package.
+Needs lightning (and torch); not dependencies of the package. An integration,
+above the roots: it publishes and reads through dispatch_fence.roots (and
+downloads with dispatch_fence.objectstore), and nothing of the fence imports it.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins import CheckpointIO as _Base
 
-from dispatch_fence import checkpoint
+from dispatch_fence import model, roots
 
 FILE = "checkpoint.ckpt"
 """The file a published checkpoint holds, beside the marker."""
@@ -46,13 +48,13 @@ class CheckpointIO(_Base):
     def __init__(self, root: str | os.PathLike[str], *, keep: int | None = None, epoch: int | str | None = None,
                  attempt: str | None = None) -> None:
         self.root = os.fspath(root)
-        self.keep = checkpoint.parse_keep(keep)
+        self.keep = model.parse_keep(keep)
         self.epoch, self.attempt = epoch, attempt
-        self.published: list[checkpoint.Checkpoint] = []
+        self.published: list[model.Checkpoint] = []
 
     def save_checkpoint(self, checkpoint_: dict[str, Any], path: Any, storage_options: Any = None) -> None:
-        epoch, attempt = checkpoint.execution(self.epoch, self.attempt)
-        if checkpoint.is_url(self.root):
+        epoch, attempt = model.execution(self.epoch, self.attempt)
+        if model.is_url(self.root):
             staging = tempfile.mkdtemp(prefix=f"dispatch-fence-{attempt}-")
         else:
             os.makedirs(self.root, exist_ok=True)
@@ -61,22 +63,22 @@ class CheckpointIO(_Base):
             torch.save(checkpoint_, os.path.join(staging, FILE))
             with open(os.path.join(staging, FILE), "rb") as f:
                 os.fsync(f.fileno())
-            open(os.path.join(staging, checkpoint.MARKER), "wb").close()
-            found = checkpoint.publish(staging, self.root, epoch=epoch, attempt=attempt, keep=self.keep)
+            open(os.path.join(staging, model.MARKER), "wb").close()
+            found = roots.publish(staging, self.root, epoch=epoch, attempt=attempt, keep=self.keep)
         finally:
             shutil.rmtree(staging, ignore_errors=True)  # gone after a rename; left after an upload or a refusal
         self.published.append(found)
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
         path = os.fspath(path)
-        if not checkpoint.is_url(path):
+        if not model.is_url(path):
             return torch.load(os.path.join(path, FILE), map_location=map_location, weights_only=False)  # type: ignore[no-any-return]
         from dispatch_fence import objectstore
 
         name = path.rstrip("/").rsplit("/", 1)[1]
-        found = checkpoint.parse_name(path[:-len(name) - 1], name)
+        found = model.parse_name(path[:-len(name) - 1], name)
         if found is None:
-            raise checkpoint.BadInput(f"{path} is not a checkpoint's path")
+            raise model.BadInput(f"{path} is not a checkpoint's path")
         local = tempfile.mkdtemp(prefix="dispatch-fence-")
         try:
             objectstore.download(found, local)
@@ -89,5 +91,5 @@ class CheckpointIO(_Base):
 
     def resume_path(self) -> str | None:
         """The path of the checkpoint LATEST names, for `trainer.fit(ckpt_path=...)`; None before the first."""
-        found = checkpoint.latest(self.root)
+        found = roots.latest(self.root)
         return found.path if found is not None else None

@@ -15,7 +15,7 @@ A root is a URL, `s3://BUCKET/PREFIX` or `gs://BUCKET/PREFIX`:
      must both be refused); a store that ignores them is refused: UnsupportedStore
   3. LIST the root, one request: the checkpoint names under it, and LATEST's version
      (S3 ETag, GCS generation)
-  4. the fence (checkpoint.check_fence): an epoch lower than the highest in the root
+  4. the fence (model.check_fence): an epoch lower than the highest in the root
      is refused, StaleEpoch, nothing written
   5. upload each file under PREFIX/<name>/, create-only; the marker last. The name
      carries epoch, serial and attempt, so no other execution can name it; the first
@@ -35,10 +35,13 @@ A crash anywhere leaves LATEST as it was or replaced whole (a PUT is atomic);
 what a crashed publish uploaded is never named, and still fences (its epoch
 counts in 4, as a checkpoint directory LATEST does not name does on POSIX).
 
-Standard library only; the clients live in dispatch_fence.s3 and
-dispatch_fence.gcs, imported only for a root of their scheme. A publish costs
-two requests over a plain upload of the same files (the LIST and the LATEST
-write) once the store has been probed.
+Built on dispatch_fence.model, beside dispatch_fence.posix (neither imports the
+other); dispatch_fence.roots validates the caller's input and sends a URL root
+here. Standard library only: the clients live in dispatch_fence.s3 and
+dispatch_fence.gcs, below this module (they know only dispatch_fence.client),
+and are imported only for a root of their scheme. A publish costs two requests
+over a plain upload of the same files (the LIST and the LATEST write) once the
+store has been probed.
 """
 
 from __future__ import annotations
@@ -46,12 +49,11 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass
-from typing import Protocol
 
-from dispatch_fence import checkpoint
+from dispatch_fence import client, model
 
 STEPS = ("staged", "fenced", "uploading", "uploaded", "replaced", "pruning", "done")
-"""Where the test hook (checkpoint.TEST_HOOK_FD) stops an object-store publish. The commit point
+"""Where the test hook (model.TEST_HOOK_FD) stops an object-store publish. The commit point
 is between uploaded and replaced."""
 SCHEMES = ("s3", "gs")
 MAX_CLAIMS = 20
@@ -60,45 +62,15 @@ MAX_COMMITS = 100
 """Writes of LATEST tried in step 6 before giving up (each lost one means another publish committed)."""
 
 
-class Exists(Exception):
-    """A create-only write found the object there (S3 412 on If-None-Match: *, GCS 412 on generation 0)."""
-
-
-class Conflict(Exception):
-    """A compare-and-set found another version (S3 412 on If-Match, GCS 412 on ifGenerationMatch)."""
-
-
-class UnsupportedStore(checkpoint.UnwritableRoot):
+class UnsupportedStore(model.UnwritableRoot):
     """The store does not honour conditional writes: it cannot be fenced, so nothing is published. Exit 2."""
 
 
-@dataclass(frozen=True)
-class Listing:
-    """One LIST of a root: the names directly under it (sub-prefixes) and LATEST's version (None: no LATEST)."""
+# The clients' interface lives in dispatch_fence.client (below the clients, which this module
+# imports); its names stay names of this module too, for the code that used them from here.
+Exists, Conflict, Listing, Store = client.Exists, client.Conflict, client.Listing, client.Store
 
-    names: list[str]
-    latest: str | None
-
-
-class Store(Protocol):
-    """What the protocol needs of a store; keys are relative to the root. Failures other than
-    Exists and Conflict raise checkpoint.UnwritableRoot (one line, naming the URL)."""
-
-    url: str
-    stale_version: str
-    """A version no object has (the probe's compare-and-set must be refused on it)."""
-
-    def list_root(self) -> Listing: ...
-    def list_keys(self, prefix: str) -> list[str]:
-        """Every key under PREFIX/ (every key under the root when PREFIX is empty)."""
-    def read(self, key: str) -> bytes | None: ...
-    def exists(self, key: str) -> bool: ...
-    def create(self, key: str, source: str | bytes) -> None: ...
-    def replace(self, key: str, data: bytes, *, version: str | None) -> None: ...
-    def delete(self, key: str) -> None: ...
-
-
-_stores: dict[str, Store] = {}
+_stores: dict[str, client.Store] = {}
 _probed: set[str] = set()
 
 
@@ -106,17 +78,17 @@ def split_url(root: str) -> tuple[str, str, str]:
     """(scheme, bucket, prefix without slashes at either end); BadInput naming the root otherwise."""
     scheme, _, rest = root.partition("://")
     if scheme not in SCHEMES:
-        raise checkpoint.BadInput(f"root {root}: the scheme {scheme!r} is not one of {', '.join(s + '://' for s in SCHEMES)}")
+        raise model.BadInput(f"root {root}: the scheme {scheme!r} is not one of {', '.join(s + '://' for s in SCHEMES)}")
     bucket, _, prefix = rest.partition("/")
     if not bucket:
-        raise checkpoint.BadInput(f"root {root} names no bucket")
+        raise model.BadInput(f"root {root} names no bucket")
     prefix = prefix.strip("/")
     if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
-        raise checkpoint.BadInput(f"root {root}: the prefix {prefix!r} has an empty, '.' or '..' segment")
+        raise model.BadInput(f"root {root}: the prefix {prefix!r} has an empty, '.' or '..' segment")
     return scheme, bucket, prefix
 
 
-def open_root(root: str) -> Store:
+def open_root(root: str) -> client.Store:
     """The store for ROOT, one per root and process (configured from the environment)."""
     if root in _stores:
         return _stores[root]
@@ -124,19 +96,19 @@ def open_root(root: str) -> Store:
     url = f"{scheme}://{bucket}" + (f"/{prefix}" if prefix else "")
     try:
         if scheme == "s3":
-            from dispatch_fence import s3 as client
+            from dispatch_fence import s3 as kind
         else:
-            from dispatch_fence import gcs as client  # type: ignore[no-redef]
+            from dispatch_fence import gcs as kind  # type: ignore[no-redef]
     except ImportError as exc:
         extra = "s3" if scheme == "s3" else "gcs"
-        raise checkpoint.BadInput(
-            f"root {root} needs the {extra} extra (pip install 'dispatch-fence[{extra}]'): {exc}") from None
-    store: Store = client.Store(bucket=bucket, prefix=prefix, url=url)
+        raise model.BadInput(
+                             f"root {root} needs the {extra} extra (pip install 'dispatch-fence[{extra}]'): {exc}") from None
+    store: client.Store = kind.Store(bucket=bucket, prefix=prefix, url=url)
     _stores[root] = store
     return store
 
 
-def probe(store: Store) -> None:
+def probe(store: client.Store) -> None:
     """Refuse a store that ignores conditional writes (UnsupportedStore), once per store and process.
 
     Three writes and a delete of a probe object under the root: create it; create it again
@@ -150,13 +122,13 @@ def probe(store: Store) -> None:
     try:
         try:
             store.create(key, b"probe 2\n")
-        except Exists:
+        except client.Exists:
             pass
         else:
             raise UnsupportedStore(f"{where}: a create-only write over an existing object succeeded; {then}")
         try:
             store.replace(key, b"probe 3\n", version=store.stale_version)
-        except Conflict:
+        except client.Conflict:
             pass
         else:
             raise UnsupportedStore(f"{where}: a write on a stale version succeeded; {then}")
@@ -165,38 +137,38 @@ def probe(store: Store) -> None:
     _probed.add(store.url)
 
 
-def _known(store: Store, listing: Listing) -> list[checkpoint.Checkpoint]:
-    found = (checkpoint.parse_name(store.url, name) for name in listing.names)
+def _known(store: client.Store, listing: client.Listing) -> list[model.Checkpoint]:
+    found = (model.parse_name(store.url, name) for name in listing.names)
     return sorted((c for c in found if c is not None), key=lambda c: c.key)
 
 
-def checkpoints(root: str) -> list[checkpoint.Checkpoint]:
+def checkpoints(root: str) -> list[model.Checkpoint]:
     """Every checkpoint prefix under ROOT, oldest first (complete or not: a crashed publish's too)."""
     store = open_root(root)
     return _known(store, store.list_root())
 
 
-def _read_latest(store: Store) -> checkpoint.Checkpoint | None:
-    data = store.read(checkpoint.LATEST)
+def _read_latest(store: client.Store) -> model.Checkpoint | None:
+    data = store.read(model.LATEST)
     if data is None:
         return None
     text = data.decode("ascii", "replace")
-    found = checkpoint.parse_name(store.url, text[:-1]) if text.endswith("\n") and text.count("\n") == 1 else None
+    found = model.parse_name(store.url, text[:-1]) if text.endswith("\n") and text.count("\n") == 1 else None
     if found is None:
-        raise checkpoint.CorruptRoot(f"{store.url}/{checkpoint.LATEST} holds {text[:80]!r}, not one checkpoint name "
-                                     "on one line: not written by this fence")
+        raise model.CorruptRoot(f"{store.url}/{model.LATEST} holds {text[:80]!r}, not one checkpoint name "
+                                "on one line: not written by this fence")
     return found
 
 
-def latest(root: str) -> checkpoint.Checkpoint | None:
+def latest(root: str) -> model.Checkpoint | None:
     """The checkpoint ROOT/LATEST names; None before the first publish. CorruptRoot when LATEST is not
     one of ours or names a checkpoint whose marker is gone. LATEST is replaced whole, so a reader sees
     the old one or the new one."""
     store = open_root(root)
     found = _read_latest(store)
-    if found is not None and not store.exists(f"{found.name}/{checkpoint.MARKER}"):
-        raise checkpoint.CorruptRoot(f"{store.url}/{checkpoint.LATEST} names {found.name}, "
-                                     f"which is not a complete checkpoint in {store.url}")
+    if found is not None and not store.exists(f"{found.name}/{model.MARKER}"):
+        raise model.CorruptRoot(f"{store.url}/{model.LATEST} names {found.name}, "
+                                f"which is not a complete checkpoint in {store.url}")
     return found
 
 
@@ -205,13 +177,13 @@ def _files(staging: str) -> list[tuple[str, str]]:
     try:
         os.lstat(staging)
     except OSError as exc:
-        raise checkpoint.BadInput(f"staging {staging}: {exc.strerror}") from None
+        raise model.BadInput(f"staging {staging}: {exc.strerror}") from None
     if not os.path.isdir(staging) or os.path.islink(staging):
-        raise checkpoint.BadInput(f"staging {staging} is not a directory")
-    marker = os.path.join(staging, checkpoint.MARKER)
+        raise model.BadInput(f"staging {staging} is not a directory")
+    marker = os.path.join(staging, model.MARKER)
     if not os.path.isfile(marker) or os.path.islink(marker):
-        raise checkpoint.BadInput(f"staging {staging} is not complete: the marker {checkpoint.MARKER} "
-                                  "(written last) is missing; nothing published")
+        raise model.BadInput(f"staging {staging} is not complete: the marker {model.MARKER} "
+                             "(written last) is missing; nothing published")
     out = []
     for dirpath, dirnames, filenames in os.walk(staging, followlinks=False):
         dirnames.sort()
@@ -219,70 +191,70 @@ def _files(staging: str) -> list[tuple[str, str]]:
             path = os.path.join(dirpath, name)
             rel = os.path.relpath(path, staging).replace(os.sep, "/")
             if os.path.islink(path) or not os.path.isfile(path):
-                raise checkpoint.BadInput(f"staging {staging} holds {rel}, which is not a regular file "
-                                          "(an object store holds files only); nothing published")
-            if rel != checkpoint.MARKER:
+                raise model.BadInput(f"staging {staging} holds {rel}, which is not a regular file "
+                                     "(an object store holds files only); nothing published")
+            if rel != model.MARKER:
                 out.append((rel, path))
-    return out + [(checkpoint.MARKER, marker)]
+    return out + [(model.MARKER, marker)]
 
 
-def _claim(store: Store, first: tuple[str, str], *, epoch: int, attempt: str,
-           listing: Listing) -> tuple[checkpoint.Checkpoint, Listing]:
+def _claim(store: client.Store, first: tuple[str, str], *, epoch: int, attempt: str,
+           listing: client.Listing) -> tuple[model.Checkpoint, client.Listing]:
     """Step 5's start: take a name by creating its first object."""
     for _ in range(MAX_CLAIMS):
         serial = 1 + max((c.serial for c in _known(store, listing)), default=0)
-        name = checkpoint.name_of(epoch, serial, attempt)
+        name = model.name_of(epoch, serial, attempt)
         try:
             store.create(f"{name}/{first[0]}", first[1])
-        except Exists:
+        except client.Exists:
             listing = store.list_root()  # another saver of this execution took the serial
-            checkpoint.check_fence(epoch, _known(store, listing), root=store.url)
+            model.check_fence(epoch, _known(store, listing), root=store.url)
             continue
-        found = checkpoint.parse_name(store.url, name)
+        found = model.parse_name(store.url, name)
         assert found is not None
         return found, listing
-    raise checkpoint.UnwritableRoot(f"{store.url}: {MAX_CLAIMS} names were taken while this publish claimed one; "
-                                    "nothing published")
+    raise model.UnwritableRoot(f"{store.url}: {MAX_CLAIMS} names were taken while this publish claimed one; "
+                               "nothing published")
 
 
-def _add(store: Store, name: str, files: list[tuple[str, str]]) -> None:
+def _add(store: client.Store, name: str, files: list[tuple[str, str]]) -> None:
     """Upload FILES under NAME, create-only."""
     for rel, path in files:
         try:
             store.create(f"{name}/{rel}", path)
-        except Exists:
-            raise checkpoint.CorruptRoot(f"{store.url}/{name}/{rel} exists already: not placed by this fence; "
-                                         f"the checkpoint in {store.url}/{name} is incomplete, LATEST not advanced") from None
+        except client.Exists:
+            raise model.CorruptRoot(f"{store.url}/{name}/{rel} exists already: not placed by this fence; "
+                                    f"the checkpoint in {store.url}/{name} is incomplete, LATEST not advanced") from None
 
 
-def _remove(store: Store, name: str) -> None:
+def _remove(store: client.Store, name: str) -> None:
     """Delete a checkpoint's objects, the marker first (a half-deleted checkpoint is never complete)."""
-    store.delete(f"{name}/{checkpoint.MARKER}")
+    store.delete(f"{name}/{model.MARKER}")
     for key in store.list_keys(name):
         store.delete(key)
 
 
-def _commit(store: Store, new: checkpoint.Checkpoint, listing: Listing) -> None:
+def _commit(store: client.Store, new: model.Checkpoint, listing: client.Listing) -> None:
     """Step 6: compare-and-set LATEST on the listed version; on a lost race, fence again and retry."""
     for _ in range(MAX_COMMITS):
         try:
-            store.replace(checkpoint.LATEST, f"{new.name}\n".encode("ascii"), version=listing.latest)
+            store.replace(model.LATEST, f"{new.name}\n".encode("ascii"), version=listing.latest)
             return
-        except Conflict:
+        except client.Conflict:
             listing = store.list_root()
             try:
-                checkpoint.check_fence(new.epoch, _known(store, listing), root=store.url)
-            except checkpoint.StaleEpoch:
+                model.check_fence(new.epoch, _known(store, listing), root=store.url)
+            except model.StaleEpoch:
                 _remove(store, new.name)
                 raise
-            if not store.exists(f"{new.name}/{checkpoint.MARKER}"):  # another save of this execution pruned it
-                raise checkpoint.UnwritableRoot(f"{new.path} was removed by the retention of another save of the "
-                                                "same execution before it was named; LATEST not advanced")
-    raise checkpoint.UnwritableRoot(f"{store.url}: LATEST changed {MAX_COMMITS} times while this publish tried to "
-                                    f"replace it; the checkpoint is in {new.path}, LATEST not advanced")
+            if not store.exists(f"{new.name}/{model.MARKER}"):  # another save of this execution pruned it
+                raise model.UnwritableRoot(f"{new.path} was removed by the retention of another save of the "
+                                           "same execution before it was named; LATEST not advanced")
+    raise model.UnwritableRoot(f"{store.url}: LATEST changed {MAX_COMMITS} times while this publish tried to "
+                               f"replace it; the checkpoint is in {new.path}, LATEST not advanced")
 
 
-def _prune(store: Store, keep: int, new: checkpoint.Checkpoint) -> None:
+def _prune(store: client.Store, keep: int, new: model.Checkpoint) -> None:
     """Step 7, after the commit, so best effort. Only checkpoints below what LATEST names now are
     candidates: one at or above it may be another publish's, about to be named."""
     try:
@@ -292,9 +264,9 @@ def _prune(store: Store, keep: int, new: checkpoint.Checkpoint) -> None:
         for c in _known(store, store.list_root())[:-keep]:
             if c.name in (named.name, new.name) or c.key >= named.key:
                 continue
-            checkpoint.hook("pruning")
+            model.hook("pruning")
             _remove(store, c.name)
-    except checkpoint.CheckpointError:
+    except model.CheckpointError:
         pass
 
 
@@ -304,8 +276,8 @@ class Pending:
     are uploaded by several processes (dispatch_fence.dcp: every rank its own shards)."""
 
     root: str
-    checkpoint: checkpoint.Checkpoint
-    listing: Listing
+    checkpoint: model.Checkpoint
+    listing: client.Listing
 
 
 def begin(root: str, first: tuple[str, str], *, epoch: int, attempt: str) -> Pending:
@@ -313,12 +285,12 @@ def begin(root: str, first: tuple[str, str], *, epoch: int, attempt: str) -> Pen
     (key under the checkpoint, local path)."""
     store = open_root(root)
     probe(store)
-    checkpoint.hook("staged")
+    model.hook("staged")
     listing = store.list_root()
-    checkpoint.check_fence(epoch, _known(store, listing), root=store.url)
-    checkpoint.hook("fenced")
+    model.check_fence(epoch, _known(store, listing), root=store.url)
+    model.hook("fenced")
     new, listing = _claim(store, first, epoch=epoch, attempt=attempt, listing=listing)
-    checkpoint.hook("uploading")
+    model.hook("uploading")
     return Pending(root, new, listing)
 
 
@@ -328,18 +300,18 @@ def add(root: str, name: str, files: list[tuple[str, str]]) -> None:
     _add(open_root(root), name, files)
 
 
-def finish(pending: Pending, marker: str | None, *, keep: int | None) -> checkpoint.Checkpoint:
+def finish(pending: Pending, marker: str | None, *, keep: int | None) -> model.Checkpoint:
     """Step 5's end to 7: the marker last (None: it was the claim), the compare-and-set of LATEST
     (StaleEpoch when a newer execution committed meanwhile: what was uploaded is deleted), retention."""
     store, new = open_root(pending.root), pending.checkpoint
     if marker is not None:
-        _add(store, new.name, [(checkpoint.MARKER, marker)])
-    checkpoint.hook("uploaded")
+        _add(store, new.name, [(model.MARKER, marker)])
+    model.hook("uploaded")
     _commit(store, new, pending.listing)
-    checkpoint.hook("replaced")
+    model.hook("replaced")
     if keep is not None:
         _prune(store, keep, new)
-    checkpoint.hook("done")
+    model.hook("done")
     return new
 
 
@@ -347,11 +319,11 @@ def abandon(pending: Pending) -> None:
     """Delete what a publish that will not commit uploaded (best effort)."""
     try:
         _remove(open_root(pending.root), pending.checkpoint.name)
-    except checkpoint.CheckpointError:
+    except model.CheckpointError:
         pass
 
 
-def download(found: checkpoint.Checkpoint, dest: str) -> None:
+def download(found: model.Checkpoint, dest: str) -> None:
     """Copy the checkpoint FOUND (from latest() or checkpoints() of a URL root) into the local
     directory DEST, each object into a file of the same relative path (read whole, in memory)."""
     root = found.path[:-len(found.name) - 1]
@@ -359,15 +331,15 @@ def download(found: checkpoint.Checkpoint, dest: str) -> None:
     for key in store.list_keys(found.name):
         data = store.read(key)
         if data is None:
-            raise checkpoint.CorruptRoot(f"{store.url}/{key} went away while {found.name} was read")
+            raise model.CorruptRoot(f"{store.url}/{key} went away while {found.name} was read")
         path = os.path.join(dest, *key[len(found.name) + 1:].split("/"))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(data)
 
 
-def publish(staging: str, root: str, *, epoch: int, attempt: str, keep: int | None) -> checkpoint.Checkpoint:
-    """checkpoint.publish for a URL root (validated by it): upload STAGING under a new name, then
+def publish(staging: str, root: str, *, epoch: int, attempt: str, keep: int | None) -> model.Checkpoint:
+    """roots.publish for a URL root (validated by it): upload STAGING under a new name, then
     advance LATEST by compare-and-set. STAGING is left as it was. See the module's docstring."""
     files = _files(staging)
     pending = begin(root, files[0], epoch=epoch, attempt=attempt)

@@ -1,5 +1,7 @@
 """An S3 root for dispatch_fence.objectstore, over obstore (the Python binding of
-Apache Arrow's Rust object_store, which signs its own requests).
+Apache Arrow's Rust object_store, which signs its own requests): the interface
+of dispatch_fence.client, and nothing of the fence above it (the protocol
+imports this module, only for an s3:// root, never the other way).
 
 Configured from the environment the way training pods get it: AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or IRSA's AWS_ROLE_ARN with
@@ -20,12 +22,7 @@ import obstore
 from obstore import exceptions
 from obstore.store import S3Store
 
-from dispatch_fence import checkpoint, objectstore
-
-
-def _fail(store: Store, what: str, key: str, exc: Exception) -> checkpoint.UnwritableRoot:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return checkpoint.UnwritableRoot(f"{store.url}: {what} {key}: {type(exc).__name__}: {first[:300]}")
+from dispatch_fence import client, model
 
 
 class Store:
@@ -41,21 +38,21 @@ class Store:
     def _key(self, key: str) -> str:
         return self._base + key
 
-    def list_root(self) -> objectstore.Listing:
+    def list_root(self) -> client.Listing:
         try:
             found = obstore.list_with_delimiter(self._s3, self._base.rstrip("/") or None)
         except (exceptions.BaseError, OSError) as exc:
-            raise _fail(self, "list", self._base or "/", exc) from None
+            raise client.failure(self.url, what="list", key=self._base or "/", exc=exc) from None
         names = [p[len(self._base):].rstrip("/") for p in found["common_prefixes"]]
-        latest = next((o["e_tag"] for o in found["objects"] if o["path"] == self._key(checkpoint.LATEST)), None)
-        return objectstore.Listing(names=names, latest=latest)
+        latest = next((o["e_tag"] for o in found["objects"] if o["path"] == self._key(model.LATEST)), None)
+        return client.Listing(names=names, latest=latest)
 
     def list_keys(self, prefix: str) -> list[str]:
         try:
             under = self._key(prefix) if prefix else (self._base.rstrip("/") or None)
             return [o["path"][len(self._base):] for batch in obstore.list(self._s3, under) for o in batch]
         except (exceptions.BaseError, OSError) as exc:
-            raise _fail(self, "list", prefix, exc) from None
+            raise client.failure(self.url, what="list", key=prefix, exc=exc) from None
 
     def read(self, key: str) -> bytes | None:
         try:
@@ -63,7 +60,7 @@ class Store:
         except (exceptions.NotFoundError, FileNotFoundError):
             return None
         except (exceptions.BaseError, OSError) as exc:
-            raise _fail(self, "read", key, exc) from None
+            raise client.failure(self.url, what="read", key=key, exc=exc) from None
 
     def exists(self, key: str) -> bool:
         try:
@@ -72,25 +69,25 @@ class Store:
         except (exceptions.NotFoundError, FileNotFoundError):
             return False
         except (exceptions.BaseError, OSError) as exc:
-            raise _fail(self, "head", key, exc) from None
+            raise client.failure(self.url, what="head", key=key, exc=exc) from None
 
     def create(self, key: str, source: str | bytes) -> None:
         body = pathlib.Path(source) if isinstance(source, str) else source
         try:
             obstore.put(self._s3, self._key(key), body, mode="create", use_multipart=False)
         except (exceptions.AlreadyExistsError, exceptions.PreconditionError):
-            raise objectstore.Exists(key) from None
+            raise client.Exists(key) from None
         except (exceptions.BaseError, OSError) as exc:
-            raise _fail(self, "create", key, exc) from None
+            raise client.failure(self.url, what="create", key=key, exc=exc) from None
 
     def replace(self, key: str, data: bytes, *, version: str | None) -> None:
         try:
             obstore.put(self._s3, self._key(key), data, mode={"e_tag": version} if version else "create",
                         use_multipart=False)
         except (exceptions.AlreadyExistsError, exceptions.PreconditionError):
-            raise objectstore.Conflict(key) from None
+            raise client.Conflict(key) from None
         except (exceptions.BaseError, OSError) as exc:
-            raise _fail(self, "replace", key, exc) from None
+            raise client.failure(self.url, what="replace", key=key, exc=exc) from None
 
     def delete(self, key: str) -> None:
         try:
@@ -98,4 +95,4 @@ class Store:
         except (exceptions.NotFoundError, FileNotFoundError):
             pass
         except (exceptions.BaseError, OSError) as exc:
-            raise _fail(self, "delete", key, exc) from None
+            raise client.failure(self.url, what="delete", key=key, exc=exc) from None

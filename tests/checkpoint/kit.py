@@ -8,6 +8,11 @@ import pathlib
 from dispatch_fence import checkpoint
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+FENCE = REPO / "fence" / "dispatch_fence"
+POSIX_FILES = ("__init__.py", "__main__.py", "checkpoint.py", "cli.py", "model.py", "posix.py", "roots.py")
+"""The fence's files a POSIX root needs, standard library only: what importing dispatch_fence.checkpoint
+and running `python -m dispatch_fence` load (test_imports.py), and what the sample trainer image carries
+(test_containers.py)."""
 
 
 def staging(parent: pathlib.Path, token: str, *, complete: bool = True, name: str | None = None) -> pathlib.Path:

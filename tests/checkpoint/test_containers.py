@@ -34,7 +34,7 @@ pytestmark = pytest.mark.images
 
 IMAGE = "localhost/dispatch/sample-trainer:python"
 TRAINER_USER = (65532, 65532)  # the image's USER (images/sample-trainer.Containerfile)
-MODULE = "/usr/local/lib/dispatch/dispatch_fence/checkpoint.py"
+SHIPPED = "/usr/local/lib/dispatch/dispatch_fence"  # the fence's POSIX files (kit.POSIX_FILES) in the image
 PREFIX = {"DISPATCH_K8S_EPOCH_PREFIX": "2000007", "DISPATCH_K8S_TOKEN_PREFIX": "llama-ft.7.0"}
 OLD = {**PREFIX, "DISPATCH_K8S_ADMISSION": "1", "DISPATCH_K8S_RESTART": "0"}  # epoch 2000007000001
 NEW = {**PREFIX, "DISPATCH_K8S_ADMISSION": "2", "DISPATCH_K8S_RESTART": "0"}  # epoch 2000007000002
@@ -47,9 +47,14 @@ def client() -> Iterator[docker.DockerClient]:
             c.images.get(IMAGE)
         except docker.errors.ImageNotFound:
             pytest.fail(f"{IMAGE} is missing: run scripts/build-images.sh (make images)")
-        shipped = containers.run_to_end(c, IMAGE, ["sha256sum", MODULE], network_mode="none").stdout.decode().split()[0]
-        if shipped != hashlib.sha256((kit.REPO / "fence" / "dispatch_fence" / "checkpoint.py").read_bytes()).hexdigest():
-            pytest.fail(f"{IMAGE} carries an older fence/dispatch_fence/checkpoint.py: run scripts/build-images.sh (make images)")
+        listed = containers.run_to_end(c, IMAGE, ["sh", "-c", f"cd {SHIPPED} && sha256sum *.py"],
+                                       network_mode="none").stdout.decode()
+        shipped = {name: digest for digest, name in (line.split() for line in listed.splitlines())}
+        wanted = {name: hashlib.sha256((kit.FENCE / name).read_bytes()).hexdigest() for name in kit.POSIX_FILES}
+        if shipped != wanted:
+            differ = sorted(n for n in shipped.keys() | wanted.keys() if shipped.get(n) != wanted.get(n))
+            pytest.fail(f"{IMAGE} carries other fence files than fence/dispatch_fence/ ({', '.join(differ)}): "
+                        "run scripts/build-images.sh (make images)")
         yield c
 
 

@@ -30,7 +30,7 @@ def test_the_wheel_installs_alone_and_publishes(tmp_path: pathlib.Path) -> None:
         names = z.namelist()
         meta = email.parser.Parser().parsestr(z.read("dispatch_fence-0.1.0.dist-info/METADATA").decode())
     assert sorted(n for n in names if ".dist-info/" not in n) == [
-        f"dispatch_fence/{m}.py" for m in ("__init__", "__main__", "checkpoint", "dcp", "gcs", "lightning", "objectstore", "s3")]
+        f"dispatch_fence/{p.name}" for p in sorted(kit.FENCE.glob("*.py"))]
     assert meta["Requires-Python"] == ">=3.11"
     assert sorted(meta.get_all("Provides-Extra")) == ["dcp", "gcs", "lightning", "s3"]
     assert sorted(meta.get_all("Requires-Dist")) == ['google-cloud-storage==3.17.1; extra == "gcs"',

@@ -128,9 +128,9 @@ def test_the_steps_happen_in_the_order_the_crash_argument_needs(tmp_path: pathli
         log.append(("replace", f"{os.path.basename(src)} -> {os.path.basename(dst)}"))
         real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint.os, "fsync", fsync)
-    monkeypatch.setattr(checkpoint.os, "rename", rename)
-    monkeypatch.setattr(checkpoint.os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(os, "replace", replace)
     new = checkpoint.publish(staging, root, epoch=2, attempt="b", keep=1)
     s, r = str(staging), str(root)
     staged = {("fsync", p) for p in (s, f"{s}/shards", f"{s}/model.bin", f"{s}/COMPLETE", f"{s}/shards/0.bin")}

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from dispatch_fence import checkpoint
+from dispatch_fence import checkpoint, posix
 from tests.checkpoint import kit
 
 A1 = "job.1.0.1.0"
@@ -295,7 +295,7 @@ def test_a_failure_after_the_rename_says_where_the_checkpoint_is(tmp_path: pathl
     def full(root: str, name: str) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(root, ".LATEST.1.tmp"))
 
-    monkeypatch.setattr(checkpoint, "_write_latest", full)
+    monkeypatch.setattr(posix, "_write_latest", full)
     latest = checkpoint.latest(populated)
     with pytest.raises(checkpoint.UnwritableRoot) as caught:
         checkpoint.publish(kit.staging(tmp_path, "x"), populated, epoch=9, attempt=A1)
