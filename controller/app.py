@@ -17,7 +17,7 @@
             ──► event:    detector.Detector.event        (a sidecar's report)
 
 Only the leader runs informers and workers (leader election on a Lease,
-`kube.run_leader_election`); a standby is live (/healthz) and ready (/readyz:
+`leader.run_leader_election`); a standby is live (/healthz) and ready (/readyz:
 it does its part, so rollouts and drains proceed), and only the synced leader
 answers /leaderz 200 (`health`). The probes are plain HTTP on the health port; /metrics is HTTPS on
 a port of its own, for callers the apiserver authenticates and authorizes
@@ -36,7 +36,7 @@ listed, never an empty set that would judge a running Kueue pod as admitted by n
 
 A leader that cannot renew steps down in time: its term ends at most the renew deadline after
 the start of its last renewal that succeeded, even while a Lease call is blocked on a connection
-that never answers (`kube.run_leader_election`: a watchdog beside the renew loop, and every Lease
+that never answers (`leader.run_leader_election`: a watchdog beside the renew loop, and every Lease
 call bounded by min(retry period, renew deadline / 2)). A standby takes the Lease a lease
 duration after it last saw it renewed, so the lease duration minus the renew deadline (5 s by
 default) is the margin in which the old leader's workers finish their step (the 2 s grace).
@@ -58,7 +58,7 @@ from typing import Any
 
 import prometheus_client
 
-from toolkit import adapter, backoff, flagmark, informer, jsonlog, kube, marks, names, paths
+from toolkit import adapter, backoff, clusterconfig, flagmark, informer, jsonlog, kube, leader, marks, names, paths
 from controller import admission, certs, detector, health, queue
 from controller import metrics as metrics_mod
 from controller import metrics_server as metrics_server_mod
@@ -379,7 +379,7 @@ def run(settings: Settings) -> int:
     """The process: health server, leader election, the controller. Returns
     the exit status (0 after SIGTERM, 1 when a lost lease found a worker still in its step)."""
     setup_logging()
-    client = kube.load(kubeconfig=settings.kubeconfig, context=settings.context)
+    client = clusterconfig.load(kubeconfig=settings.kubeconfig, context=settings.context)
     metrics = metrics_mod.Metrics(lease=settings.lease_name)
     metrics.api_requests_source = lambda: client.requests
     server = health.HealthServer(host=settings.health_host, port=settings.health_port)
@@ -441,7 +441,7 @@ def run(settings: Settings) -> int:
     def campaign() -> None:
         while not done.is_set():
             ended = threading.Event()
-            kube.run_leader_election(
+            leader.run_leader_election(
                 client,
                 lease_name=settings.lease_name,
                 namespace=settings.lease_namespace,

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from toolkit import kube
+from toolkit import clusterconfig
 
 
 class BadInput(click.ClickException):
@@ -74,7 +74,7 @@ def controller_cmd(**options: Any) -> None:
         raise _one_line(BadInput(str(exc))) from None
     try:
         code = app.run(settings)
-    except kube.ConfigError as exc:
+    except clusterconfig.ConfigError as exc:
         where = "--kubeconfig" if settings.context is None else f"--kubeconfig, --context {settings.context}"
         raise _one_line(click.ClickException(f"{where}: {exc}")) from None
     except certs.CertificateError as exc:

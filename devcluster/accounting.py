@@ -13,7 +13,7 @@ import pathlib
 import re
 from collections.abc import Mapping, Sequence
 
-from toolkit import kube
+from toolkit import clusterconfig
 
 
 def cpu_seconds(pid: int) -> float:
@@ -97,7 +97,7 @@ class ApiMetrics:
         self.used: dict[str, Counters] = {}
 
     def read(self) -> dict[str, Counters]:
-        client = kube.load(kubeconfig=self.kubeconfig, pool_size=1, retries=2)
+        client = clusterconfig.load(kubeconfig=self.kubeconfig, pool_size=1, retries=2)
         try:
             return scrape(client.raw("GET", "/metrics").decode())
         finally:

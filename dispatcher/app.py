@@ -49,7 +49,7 @@ from typing import Any
 
 from dispatcher import backend, heartbeat, jobspec, ledger, logs, settings
 from dispatcher.stages import check, claim, reap, report, task
-from toolkit import informer, kube, paths
+from toolkit import clusterconfig, informer, kube, paths
 
 log = logging.getLogger("dispatcher")
 
@@ -230,8 +230,8 @@ def main(environ: dict[str, str] | None = None) -> int:
     logs.configure(level=config.log_level, secrets=(config.service_token,))
     try:
         # No retries in the client: the loop owns every backoff (it knows when a retry is safe).
-        client = kube.load(kubeconfig=config.kubeconfig or None, pool_size=config.workers + 4, retries=0)
-    except kube.ConfigError as e:
+        client = clusterconfig.load(kubeconfig=config.kubeconfig or None, pool_size=config.workers + 4, retries=0)
+    except clusterconfig.ConfigError as e:
         print(f"dispatcher: {e}", file=sys.stderr)
         return 2
     api = backend.Backend(url=config.backend_url, service_token=config.service_token,

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from toolkit import cli_root, kube, kubecontext
+from toolkit import cli_root, clusterconfig, kube, kubecontext
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,8 +32,8 @@ class Target:
 
     def client(self) -> kube.Client:
         try:
-            return kube.load(kubeconfig=self.kubeconfig, context=self.context)
-        except kube.ConfigError as exc:
+            return clusterconfig.load(kubeconfig=self.kubeconfig, context=self.context)
+        except clusterconfig.ConfigError as exc:
             raise cli_root.with_context(click.ClickException(f"--kubeconfig: {exc}")) from None
 
     @property
@@ -85,7 +85,7 @@ def complete_trainjob(ctx: click.Context, param: click.Parameter,
     try:
         namespace = kubecontext.namespace(given=p.get("namespace"), kubeconfig=p.get("kubeconfig"),
                                           context=p.get("context"))
-        client = kube.load(kubeconfig=p.get("kubeconfig"), context=p.get("context"), retries=0)
+        client = clusterconfig.load(kubeconfig=p.get("kubeconfig"), context=p.get("context"), retries=0)
         try:
             found, _ = client.list(paths.TRAINJOB, namespace=namespace)
         finally:

@@ -6,8 +6,8 @@ The order, first answer wins:
    current context), from the same kubeconfig the client loads (`--kubeconfig`,
    else `$KUBECONFIG`, which may list several files, else ~/.kube/config);
 3. in a pod without a kubeconfig, the pod's own namespace (the
-   ServiceAccount's `namespace` file), as `toolkit.kube.load` then uses the
-   pod's credentials;
+   ServiceAccount's `namespace` file), as `toolkit.clusterconfig.load` then
+   uses the pod's credentials;
 4. `default`.
 
 A kubeconfig that cannot be read gives `default` here: loading the client

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.adapter import kit
-from toolkit import adapter, causes, detect, kube, names, paths
+from toolkit import adapter, causes, clusterconfig, detect, kube, names, paths
 
 pytestmark = pytest.mark.cluster
 
@@ -110,7 +110,7 @@ def test_status_for_a_reader_without_update_rights_shows_the_mismatch_without_re
         "metadata": {"name": "reader"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]})
-    reader = kube.load(kubeconfig=control_plane.mint_kubeconfig(namespace=namespace, service_account="reader"))
+    reader = clusterconfig.load(kubeconfig=control_plane.mint_kubeconfig(namespace=namespace, service_account="reader"))
     try:
         st = adapter.status(reader, namespace=namespace, name=name)
     finally:

@@ -20,7 +20,7 @@ import pytest
 
 from tests.controller import holding_apiserver
 from tests.controller.conftest import wait_until
-from toolkit import kube
+from toolkit import kube, leader
 
 SLACK = 0.5  # the watchdog's wake-up on a loaded machine; it is milliseconds on an idle one
 LEASE = holding_apiserver.LEASES.format(namespace="ns") + "/l"
@@ -34,7 +34,7 @@ def apiserver() -> Iterator[holding_apiserver.HoldingApiserver]:
 
 
 class Term:
-    """One run of `kube.run_leader_election` in a thread, with the times its callbacks ran."""
+    """One run of `leader.run_leader_election` in a thread, with the times its callbacks ran."""
 
     def __init__(self, server: holding_apiserver.HoldingApiserver, *, lease_duration: int, renew_deadline: int,
                  retry_period: int) -> None:
@@ -54,7 +54,7 @@ class Term:
 
     def _run(self) -> None:
         try:
-            kube.run_leader_election(self.client, lease_name="l", namespace="ns", identity="leader",
+            leader.run_leader_election(self.client, lease_name="l", namespace="ns", identity="leader",
                                      on_started=self.started.set, on_stopped=self._on_stopped, **self.options)
         except BaseException as e:  # noqa: BLE001 (what ended the thread is the finding)
             self.errors.append(e)
@@ -71,9 +71,9 @@ class Term:
 
 
 def test_the_call_timeout_keeps_a_try_within_the_renew_deadline():
-    assert kube.lease_call_timeout(renew_deadline=10, retry_period=2) == 2
-    assert kube.lease_call_timeout(renew_deadline=5, retry_period=3) == 2.5
-    assert kube.lease_call_timeout(renew_deadline=2, retry_period=1) == 1
+    assert leader.lease_call_timeout(renew_deadline=10, retry_period=2) == 2
+    assert leader.lease_call_timeout(renew_deadline=5, retry_period=3) == 2.5
+    assert leader.lease_call_timeout(renew_deadline=2, retry_period=1) == 1
 
 
 def test_an_update_that_never_answers_ends_the_term_within_the_renew_deadline(apiserver):

@@ -13,7 +13,7 @@ from controller import admission
 from tests.adapter import kit
 from tests.faults import checks
 from tests.controller.conftest import wait_until
-from toolkit import adapter, kube, paths, raising
+from toolkit import adapter, clusterconfig, kube, paths, raising
 
 pytestmark = pytest.mark.cluster
 
@@ -220,7 +220,7 @@ def test_a_workload_write_between_the_raise_and_the_ready_costs_no_second_raise(
     tj = kit.create_trainjob(admin, namespace)
     name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
     kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
-    with contextlib.closing(kube.load(kubeconfig=controller_kubeconfig)) as client:
+    with contextlib.closing(clusterconfig.load(kubeconfig=controller_kubeconfig)) as client:
         _kueue_writes_the_workload_after_the_raise(client, admin, namespace=namespace, workload=wl)
         outcome = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check})
     assert (outcome.action, outcome.admission) == ("ready", 1)
@@ -242,13 +242,13 @@ def test_a_trainjob_started_and_stopped_between_the_raise_and_the_ready_is_raise
         kit.set_suspend(admin, namespace, name, False)
         kit.set_suspend(admin, namespace, name, True)
 
-    with contextlib.closing(kube.load(kubeconfig=controller_kubeconfig)) as client:
+    with contextlib.closing(clusterconfig.load(kubeconfig=controller_kubeconfig)) as client:
         _kueue_writes_the_workload_after_the_raise(client, admin, namespace=namespace, workload=wl,
                                                    also=started_and_stopped)
         first = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check})
     assert (first.action, first.admission) == ("stale", 1)
     assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["state"] == "Pending"
-    with contextlib.closing(kube.load(kubeconfig=controller_kubeconfig)) as client:
+    with contextlib.closing(clusterconfig.load(kubeconfig=controller_kubeconfig)) as client:
         second = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check})
     assert (second.action, second.admission) == ("ready", 2)
     assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["message"] == "A raised to 2"
@@ -302,7 +302,7 @@ def test_a_workload_written_between_the_raise_and_the_ready_is_read_after_the_ra
     tj = kit.create_trainjob(admin, namespace)
     name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
     seen = kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
-    with contextlib.closing(kube.load(kubeconfig=controller_kubeconfig)) as client:
+    with contextlib.closing(clusterconfig.load(kubeconfig=controller_kubeconfig)) as client:
         sent = _counting_status_writes(client)
         _kueue_writes_the_workload_after_the_raise(client, admin, namespace=namespace, workload=wl)
         outcome = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check}, seen=seen)
@@ -322,7 +322,7 @@ def test_a_stale_copy_of_the_workload_never_approves_an_a_already_used(admin, na
     tj = kit.create_trainjob(admin, namespace)
     name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
     old = kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
-    with contextlib.closing(kube.load(kubeconfig=controller_kubeconfig)) as client:
+    with contextlib.closing(clusterconfig.load(kubeconfig=controller_kubeconfig)) as client:
         first = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check}, seen=old)
         assert (first.action, first.admission) == ("ready", 1)
         kit.set_suspend(admin, namespace, name, False)  # Kueue admits: an execution with A = 1

@@ -16,7 +16,7 @@ import time
 
 import yaml
 
-from toolkit import kube
+from toolkit import clusterconfig, leader
 
 
 def _closed_port() -> int:
@@ -33,12 +33,12 @@ def test_a_refused_connection_is_a_failed_try_and_the_election_goes_on(tmp_path:
                                                    "insecure-skip-tls-verify": True}}],
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}]}))
-    client = kube.load(kubeconfig=str(kubeconfig), retries=0)
+    client = clusterconfig.load(kubeconfig=str(kubeconfig), retries=0)
     led, errors = threading.Event(), []
 
     def run() -> None:
         try:
-            kube.run_leader_election(client, lease_name="l", namespace="ns", on_started=led.set,
+            leader.run_leader_election(client, lease_name="l", namespace="ns", on_started=led.set,
                                      on_stopped=led.set, lease_duration=4, renew_deadline=3, retry_period=1)
         except BaseException as e:  # noqa: BLE001 (what ended the thread is the finding)
             errors.append(e)

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from dispatcher import jobspec
-from toolkit import informer, kube, paths
+from toolkit import clusterconfig, informer, kube, paths
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ROLE = REPO / "deployments" / "k8s" / "base" / "dispatcher" / "role.yaml"
@@ -148,7 +148,7 @@ def test_the_shipped_role_allows_every_call_and_each_verb_removed_denies_exactly
     accounts = {"full": shipped, **{f"no-{i}": _without(shipped, *rv) for i, rv in enumerate(verbs)}}
     for name, doc in accounts.items():
         _bind(api_client, namespace, name, doc)
-    clients = {name: kube.load(kubeconfig=control_plane.mint_kubeconfig(namespace=namespace, service_account=name),
+    clients = {name: clusterconfig.load(kubeconfig=control_plane.mint_kubeconfig(namespace=namespace, service_account=name),
                                retries=0)
                for name in accounts}
     calls = _calls(namespace)

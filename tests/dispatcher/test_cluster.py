@@ -23,7 +23,7 @@ from dispatcher import jobspec, settings
 from devcluster import harness, node
 from tests.dispatcher import cluster
 from tests.refbackend import proc
-from toolkit import kube, paths
+from toolkit import clusterconfig, kube, paths
 
 pytestmark = pytest.mark.cluster
 
@@ -323,7 +323,7 @@ def test_a_delete_by_uid_spares_a_newer_job_of_the_same_name(
     claim = backend_client.Claim(job_id="same-name", token="t", launch_request={})
     name = jobspec.job_name(claim.job_id)
     newer = batch.create_namespaced_job(namespace, jobspec.job(claim, config)).metadata.uid
-    client = kube.load(kubeconfig=rbac_kubeconfig, retries=0)
+    client = clusterconfig.load(kubeconfig=rbac_kubeconfig, retries=0)
     try:
         with pytest.raises(kube.ApiError) as e:
             client.delete(paths.JOB, name=name, namespace=namespace, missing_ok=True,

@@ -59,7 +59,8 @@ LAYERS: dict[str, Layer] = {
                              "toolkit.wrap", "toolkit.yamlio", "toolkit.releaseinfo"),
                     below=("core",)),
     # The Kubernetes client, beside the domain: neither imports the other.
-    "kube": Layer(modules=("toolkit.kube", "toolkit.informer", "toolkit.kubecontext"), below=("core",)),
+    "kube": Layer(modules=("toolkit.kube", "toolkit.events", "toolkit.clusterconfig", "toolkit.leader",
+                           "toolkit.informer", "toolkit.kubecontext"), below=("core",)),
     # The domain's operations on the outside world: on a cluster through the client, on images through Docker.
     "operations": Layer(modules=("toolkit.adapter", "toolkit.adapter.*", "toolkit.admission_checks",
                                  "toolkit.listing", "toolkit.image_check"),

@@ -1,4 +1,4 @@
-"""Where the shared client layer (`toolkit.kube.load`) finds a cluster when no path is given, and that
+"""Where the shared client layer (`toolkit.clusterconfig.load`) finds a cluster when no path is given, and that
 every help text and table that names the fallback says the same: $KUBECONFIG; without it, inside a
 pod (KUBERNETES_SERVICE_HOST set) the pod's ServiceAccount, elsewhere ~/.kube/config."""
 
@@ -17,9 +17,9 @@ from dispatcher import settings as dispatcher_settings
 from toolkit import cli, cli_cluster
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-PROBE = ("from toolkit import kube\n"
-         "try:\n    print(kube.load(retries=0).configuration.host)\n"
-         "except kube.ConfigError as e:\n    print('refused:', e)\n")
+PROBE = ("from toolkit import clusterconfig\n"
+         "try:\n    print(clusterconfig.load(retries=0).configuration.host)\n"
+         "except clusterconfig.ConfigError as e:\n    print('refused:', e)\n")
 
 
 def kubeconfig(path: pathlib.Path, server: str) -> None:
