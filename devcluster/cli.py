@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import click
 
-from toolkit import cli_root
+from toolkit import cli_errors
 
 
 def _local():  # type: ignore[no-untyped-def]
@@ -52,7 +52,7 @@ def up_cmd(registry_name: str) -> None:
     try:
         started = local.up(registry_name=registry_name)
     except local.ClusterError as e:
-        raise cli_root.with_context(click.ClickException(str(e))) from None
+        raise cli_errors.with_context(click.ClickException(str(e))) from None
     kubeconfig = started.kubeconfig
     if started.swept:
         click.echo(f"cleaned up after an earlier cluster first: {'; '.join(started.swept)}", err=True)
@@ -74,7 +74,7 @@ def down_cmd() -> None:
     try:
         was_up = local.down()
     except local.ClusterError as e:
-        raise cli_root.with_context(click.ClickException(str(e))) from None
+        raise cli_errors.with_context(click.ClickException(str(e))) from None
     click.echo("cluster down" if was_up else "no cluster was up", err=True)
 
 
@@ -84,9 +84,9 @@ def status_cmd() -> None:
     local = _local()
     st = local.status()
     if not st.up:
-        raise cli_root.with_context(click.ClickException("no cluster is up (`toolkit cluster up`)"))
+        raise cli_errors.with_context(click.ClickException("no cluster is up (`toolkit cluster up`)"))
     click.echo(f"KUBECONFIG={st.kubeconfig}")
     click.echo(f"running: {', '.join(st.alive) or '-'}")
     click.echo(f"our controller's pods: {'; '.join(st.pods) or '-'}")
     if st.dead:
-        raise cli_root.with_context(click.ClickException(f"not running: {', '.join(st.dead)}"))
+        raise cli_errors.with_context(click.ClickException(f"not running: {', '.join(st.dead)}"))

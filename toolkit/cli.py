@@ -14,15 +14,16 @@ imports nothing outside the standard library at module level, and:
   few spellings: it only ever answers what the click command answers with
   exit 0, which tests/toolkit/test_cli_start.py holds, argument list by
   argument list.
-- Every other run imports the click group, `toolkit.cli_root` (one-line
-  errors, exit codes, the shared helpers). The group knows each subcommand
-  as "module:attribute" in COMMANDS and imports it when it is invoked;
-  `toolkit --help` and completion list the commands from SUMMARIES, so
-  listing them imports none of them. A command another package contributes
-  (the controller's, the local cluster's) is an entry point in the group
-  ENTRY_POINTS, loaded by name when invoked: the toolkit never imports the
-  layers above it or the tools beside the product (docs/toolkit.md,
-  "Architecture"; tests/lint/test_layers.py).
+- Every other run imports the click group, `toolkit.cli_root` (the lazy
+  group, one-line errors and exit codes; the refusals and the helpers the
+  commands share are `toolkit.cli_errors` and `toolkit.cli_output`). The
+  group knows each subcommand as "module:attribute" in COMMANDS and imports
+  it when it is invoked; `toolkit --help` and completion list the commands
+  from SUMMARIES, so listing them imports none of them. A command another
+  package contributes (the controller's, the local cluster's) is an entry
+  point in the group ENTRY_POINTS, loaded by name when invoked: the toolkit
+  never imports the layers above it or the tools beside the product
+  (docs/toolkit.md, "Architecture"; tests/lint/test_layers.py).
 
 Adding a command is one entry in _TABLE: its name, "module:attribute" of a
 click.Command (or Group) defined at module level, and the first sentence of
@@ -44,15 +45,15 @@ if TYPE_CHECKING:
 
 # name -> ("module:attribute", the first sentence of the command's help).
 _TABLE: dict[str, tuple[str, str]] = {
-    "wrap": ("toolkit.cli_root:wrap",
+    "wrap": ("toolkit.cli_wrap:wrap",
         "Print CMD wrapped in the dispatch prologue (-o json: one exec-form array for a Containerfile ENTRYPOINT; yaml: a container's command, args and env; shell: one command line)."),
-    "render": ("toolkit.cli_root:render",
+    "render": ("toolkit.cli_render:render",
         "Render a TrainJob from a StartRequest, or prepare a runtime."),
-    "check-runtime": ("toolkit.cli_root:check_runtime",
+    "check-runtime": ("toolkit.cli_checks:check_runtime",
         "Check (Cluster)TrainingRuntimes against the runtime requirements."),
-    "check-image": ("toolkit.cli_root:check_image",
+    "check-image": ("toolkit.cli_checks:check_image",
         "Prove that an image (or a root filesystem directory) runs the prologue."),
-    "identity": ("toolkit.cli_root:identity_command",
+    "identity": ("toolkit.cli_identity:identity_command",
         "Print DISPATCH_EPOCH and DISPATCH_ATTEMPT for an execution, or take an epoch apart."),
     "checkpoint": ("toolkit.cli_checkpoint:checkpoint_cmd",
         "Publish checkpoints fenced by DISPATCH_EPOCH, and find the latest."),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from dispatch_fence import checkpoint
-from toolkit import cli_root
+from toolkit import cli_errors
 
 _SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -21,9 +21,9 @@ def _run(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
     try:
         return fn(*args, **kwargs)
     except checkpoint.StaleEpoch as exc:
-        cli_root.fail(str(exc))
+        cli_errors.fail(str(exc))
     except checkpoint.CheckpointError as exc:
-        cli_root.bad_input(str(exc))
+        cli_errors.bad_input(str(exc))
 
 
 @click.group("checkpoint", cls=click.Group, context_settings=_SETTINGS)

@@ -24,12 +24,12 @@ from typing import Any
 
 import click
 
-from toolkit import adapter, cli_output, cli_root, cli_target, flagmark, kube, listing
+from toolkit import adapter, cli_errors, cli_output, cli_target, flagmark, kube, listing
 
 
 def _refusal(message: str) -> click.ClickException:
     """Exit 1 with one line that names the command (`toolkit open: ...`)."""
-    return cli_root.with_context(click.ClickException(message))
+    return cli_errors.with_context(click.ClickException(message))
 
 
 def _refusals(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -8,16 +8,21 @@ prints something a machine may read, as in kubectl.
 - `emit(fmt, data, table=...)`: `json` (indented, keys sorted), `yaml`
   (`toolkit.yamlio`, block style), or the command's own `table` text.
 
-Writing to a file is `--output-file` (`toolkit.cli_root.write_output`), never `-o`.
+Writing to a file is `--output-file` (`output_file_option`, `write_output`),
+never `-o`: the file is written atomically (a temporary file in the same
+directory, fsynced, then renamed over it), so a reader never sees half.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
+
+from toolkit import cli_errors
 
 TABLE = "table"
 
@@ -83,3 +88,36 @@ def columns(rows: Sequence[Sequence[str]]) -> str:
         return ""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("   ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows) + "\n"
+
+
+output_file_option = click.option(
+    "--output-file", metavar="FILE", default=None, help="Write to FILE (atomically) instead of stdout."
+)
+
+
+def write_output(text: str, output: str | None) -> None:
+    """To stdout, or atomically to FILE: a temporary file in the same
+    directory, fsynced, then renamed over FILE, so a reader never sees half."""
+    if output is None or output == "-":
+        click.echo(text, nl=False)
+        return
+    import tempfile  # not at the top: `toolkit wrap` never writes a file
+
+    directory = os.path.dirname(os.path.abspath(output))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(output)}.", suffix=".tmp")
+    except OSError as exc:
+        cli_errors.bad_input(f"--output-file {output}: cannot write in {directory}: {exc.strerror}")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, output)
+    except OSError as exc:
+        os.unlink(tmp)
+        cli_errors.bad_input(f"--output-file {output}: cannot write: {exc.strerror}")
+    except BaseException:
+        os.unlink(tmp)
+        raise

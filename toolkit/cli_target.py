@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from toolkit import cli_root, clusterconfig, kube, kubecontext
+from toolkit import cli_errors, clusterconfig, kube, kubecontext
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Target:
         try:
             return clusterconfig.load(kubeconfig=self.kubeconfig, context=self.context)
         except clusterconfig.ConfigError as exc:
-            raise cli_root.with_context(click.ClickException(f"--kubeconfig: {exc}")) from None
+            raise cli_errors.with_context(click.ClickException(f"--kubeconfig: {exc}")) from None
 
     @property
     def scope(self) -> str | None:
