@@ -1,4 +1,4 @@
-"""The controller process: where the stages are wired together.
+"""The controller process: where its parts are wired together, the flow drawn once.
 
     apiserver
       │  list+watch (informer.Informer, one per kind; relist on 410)
@@ -6,7 +6,7 @@
     AdmissionCheck ──► ours = {checks with spec.controllerName ours} ──► admission.ensure_active
     Workload ────────┐
     JobSet ──────────┤  handlers put (kind, ns, name) keys with the latest object
-    Pod (trainer) ───┤
+    Pod (trainer) ───┤  (each cache keeps only what is read: `views`)
     Event (sidecar) ─┘
       ▼
     queue.WorkQueue (dedup by key, one worker per key at a time)
@@ -15,6 +15,10 @@
             ──► jobset:   detector.Detector.jobset       (record UID / flag a reset)
             ──► pod:      detector.Detector.pod          (missing or below-floor A)
             ──► event:    detector.Detector.event        (a sidecar's report)
+
+The informers, the queue and the workers are one term's `reconcile.Controller`; this module
+runs the process around it (`run`): the client, the metrics, the health and metrics servers,
+and the leader election that starts a Controller for each term and stops it when the term ends.
 
 Only the leader runs informers and workers (leader election on a Lease,
 `leader.run_leader_election`); a standby is live (/healthz) and ready (/readyz:
@@ -27,12 +31,6 @@ the step they are in, its informers stop) and the process campaigns again as a s
 new `Controller` when it next leads; a worker still in its step after the grace period ends the
 process instead (exit 1), so nothing acts on stale leadership either way. SIGTERM finishes the
 current step and exits 0.
-
-Workers act only on synced caches: "not known yet" is never "not ours". The informers start with
-the workers, and the handlers queue keys from the first list on, but no worker takes a key until
-every informer has listed once (`_caches_synced`); what arrives meanwhile waits in the queue.
-`_ours`, the detector's view of our AdmissionChecks, is None (unknown) until their informer has
-listed, never an empty set that would judge a running Kueue pod as admitted by no check of ours.
 
 A leader that cannot renew steps down in time: its term ends at most the renew deadline after
 the start of its last renewal that succeeded, even while a Lease call is blocked on a connection
@@ -52,24 +50,18 @@ import os
 import signal
 import sys
 import threading
-import time
 import uuid
-from typing import Any
 
 import prometheus_client
 
-from toolkit import adapter, backoff, clusterconfig, flagmark, informer, jsonlog, kube, leader, marks, names, paths
-from controller import admission, certs, detector, health, queue
+from toolkit import clusterconfig, jsonlog, leader
+from controller import certs, health, reconcile
 from controller import metrics as metrics_mod
 from controller import metrics_server as metrics_server_mod
 from controller import settings as settings_mod
 
 log = logging.getLogger("controller")
 COMPONENT = "dispatch-controller"
-# The longest wait before a failed key's next pass, and for a TrainJob whose annotations the
-# apiserver refuses (full: a person must make room, so trying every second only adds load).
-RETRY_CAP = 60.0
-ANNOTATIONS_RETRY_CAP = 300.0
 
 
 # The settings live in their own module (one table, one parser); these
@@ -96,285 +88,6 @@ def setup_logging() -> None:
     logging.getLogger("leaderelection").setLevel(logging.WARNING)
 
 
-class Controller:
-    """The leader's work: informers, queue, workers."""
-
-    def __init__(self, client: kube.Client, settings: Settings, *, metrics: metrics_mod.Metrics) -> None:
-        self.client = client
-        self.settings = settings
-        self.metrics = metrics
-        self.stop = threading.Event()
-        self.queue = queue.WorkQueue()
-        self.ours: set[str] = set()
-        self.detector = detector.Detector(client, metrics=metrics, ours=self._ours)
-        self._ours_lock = threading.Lock()
-        # Workload uid -> when it was first seen waiting on our check (quota
-        # reserved, check Pending): the start of its ready latency. One entry
-        # per Workload, whatever its number of versions; dropped when it is
-        # processed, when a version no longer waits (Ready, evicted) and when
-        # it is deleted, so it holds at most the Workloads waiting now.
-        # Written by the workload informer's thread, popped by workers
-        # (single dict operations, atomic under the GIL).
-        self._seen_reserved: dict[str, float] = {}
-        metrics.awaiting_ready.set_function(lambda: len(self._seen_reserved))
-        # JobSet key -> the UID last handed to the detector. Its rule reads only a JobSet's UID
-        # (recorded when first seen, a different one flagged), which never changes for one object:
-        # the status updates a JobSet gets while it runs carry nothing for it, and each would cost
-        # the worker a read of the TrainJob, ahead of admissions in the queue (bench/admission).
-        # Dropped when the JobSet is deleted; written by the JobSet informer's thread only.
-        self._jobset_uids: dict[str, str] = {}
-        # Workload keys whose next pass reads the Workload afresh instead of the informer's copy:
-        # after a pass that approved it, or that a worker queued again (stale, refused, an error).
-        # Set and popped by workers (one worker holds a key at a time), dropped when the Workload is
-        # deleted: at most one entry per Workload.
-        self._read_fresh: dict[tuple[str, str, str], bool] = {}
-        # Keys whose last pass failed, with their backoff; dropped at their next success. Touched by
-        # the worker holding the key only.
-        self._failing: dict[tuple[str, str, str], backoff.Backoff] = {}
-        ns = settings.namespace or None
-        mk = lambda res, handler, **kw: informer.Informer(  # noqa: E731
-            client, res, handler=handler, namespace=ns if res.namespaced else None, stop=self.stop, **kw
-        )
-        # A cached Workload or JobSet is only a key and a status to this controller (a Workload's
-        # says whether to look, and it is read fresh before its status is written; the JobSet rule
-        # reads the UID): their specs, which hold every pod template, are not kept, nor any object's
-        # managedFields; of a pod's spec only what the detector judges (`pod_view`; bench/admission).
-        self.checks = mk(paths.ADMISSION_CHECK, self._on_check)
-        self.informers = [
-            self.checks,
-            mk(paths.WORKLOAD, self._on_workload, transform=slim),
-            mk(paths.JOBSET, self._on_jobset, transform=slim),
-            mk(paths.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL, transform=pod_view),
-            mk(paths.EVENT, self._on_event, field_selector=f"reason={names.SIDECAR_VIOLATION_REASON}"),
-        ]
-        # The flagged TrainJobs, for the gauge only (nothing is queued): a watch filtered by the
-        # flag's label, so its cache holds the flagged ones and nothing else, names alone.
-        self.flagged = mk(paths.TRAINJOB, lambda kind, obj: None, label_selector=flagmark.SELECTOR,
-                          transform=names_only)
-        self.informers.append(self.flagged)
-        self.threads: list[threading.Thread] = []
-
-    # -- handlers (informer threads): cheap, they only enqueue ----------
-
-    def _on_check(self, kind: str, check: Obj) -> None:
-        name = check["metadata"]["name"]
-        mine = (check.get("spec") or {}).get("controllerName") == self.settings.controller_name
-        with self._ours_lock:
-            before = set(self.ours)
-            if kind == "DELETED" or not mine:
-                self.ours.discard(name)
-            else:
-                self.ours.add(name)
-            changed = before != self.ours
-        if mine and kind != "DELETED":
-            self.queue.add(("check", "", name), check)
-        if changed:  # a check became ours: Workloads waiting on it need a pass
-            for wl in self.informers[1].items():
-                self._on_workload("SYNC", wl)
-
-    def _on_workload(self, kind: str, wl: Obj) -> None:
-        meta = wl["metadata"]
-        if kind == "DELETED":
-            self._seen_reserved.pop(meta["uid"], None)
-            self._read_fresh.pop(("workload", meta["namespace"], meta["name"]), None)
-            return
-        with self._ours_lock:
-            ours = set(self.ours)
-        if admission.pending_checks(wl, ours):
-            # setdefault: the clock starts at the first version that waits, not the last
-            self._seen_reserved.setdefault(meta["uid"], time.monotonic())
-            self.queue.add(("workload", meta["namespace"], meta["name"]), wl)
-            return
-        # Not waiting (any more): a later reservation starts a new clock.
-        self._seen_reserved.pop(meta["uid"], None)
-        if admission.in_eviction_window(wl):
-            log.info("evicted, check left Pending until quota is reserved again",
-                     extra={"workload": f"{meta['namespace']}/{meta['name']}"})
-
-    def _on_jobset(self, kind: str, js: Obj) -> None:
-        meta = js["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
-        if kind == "DELETED":
-            self._jobset_uids.pop(key, None)
-        elif marks.owner_trainjob(js) and self._jobset_uids.get(key) != meta["uid"]:
-            self._jobset_uids[key] = meta["uid"]
-            self.queue.add(("jobset", meta["namespace"], meta["name"]), js)
-
-    def _on_pod(self, kind: str, pod: Obj) -> None:
-        if kind != "DELETED":
-            self.queue.add(("pod", pod["metadata"]["namespace"], pod["metadata"]["name"]), pod)
-
-    def _on_event(self, kind: str, event: Obj) -> None:
-        if kind != "DELETED":
-            self.queue.add(("event", event["metadata"]["namespace"], event["metadata"]["name"]), event)
-
-    def _ours(self) -> set[str] | None:
-        """The names of our AdmissionChecks, or None while their informer has not listed them: an
-        empty set then would judge every Kueue pod as not admitted through our check."""
-        if not self.checks.synced.is_set():
-            return None
-        with self._ours_lock:
-            return set(self.ours)
-
-    # -- workers ------------------------------------------------------
-
-    def _process(self, key: tuple[str, str, str], obj: Obj) -> None:
-        kind, namespace, name = key
-        if kind == "check":
-            admission.ensure_active(self.client, obj)
-        elif kind == "workload":
-            with self._ours_lock:
-                ours = set(self.ours)
-            uid = obj["metadata"]["uid"]
-            # Read before the write: our own Ready comes back as a watch event
-            # that drops the entry, maybe before this worker gets here again.
-            started = self._seen_reserved.get(uid)
-            # The informer's copy that queued it decides whether to look (reconcile_workload trusts
-            # it for nothing it writes); a pass this worker queued again reads the Workload afresh.
-            seen = None if self._read_fresh.pop(key, None) else obj
-            outcome = admission.reconcile_workload(
-                self.client, namespace=namespace, name=name, ours=ours, on_conflict=self.metrics.conflicts.inc,
-                seen=seen,
-            )
-            if outcome.raised:
-                self.metrics.raises.inc()
-            if outcome.action in ("ready", "skipped", "untouched", "rejected"):
-                self._seen_reserved.pop(uid, None)
-            if outcome.action == "ready":
-                # Kueue's writes during this pass queued it again with a copy older than our Ready,
-                # which still shows the check Pending: the next pass reads the Workload afresh
-                # rather than raise again on that copy's word (a raise it would not need).
-                self._read_fresh[key] = True
-            if outcome.action == "ready":
-                if started is not None:
-                    queue_name = ((obj.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
-                    self.metrics.ready_latency.labels(cluster_queue=queue_name).observe(time.monotonic() - started)
-                log.info(
-                    "check ready",
-                    extra={"workload": f"{namespace}/{name}", "admission": outcome.admission, "raised": outcome.raised},
-                )
-            elif outcome.action in ("untouched", "rejected"):
-                log.info("check set without a raise", extra={"workload": f"{namespace}/{name}", "outcome": outcome.action})
-            elif outcome.action == "stale":
-                self._read_fresh[key] = True
-                self.queue.add_after(key, obj, 0.05)
-            elif outcome.action == "refused":
-                # e.g. the TrainJob is not suspended: look again later, never approve
-                self._read_fresh[key] = True
-                self.queue.add_after(key, obj, 2.0)
-        elif kind == "jobset":
-            self.detector.jobset(obj)
-        elif kind == "pod":
-            self.detector.pod(obj)
-        elif kind == "event":
-            self.detector.event(obj)
-
-    def _caches_synced(self) -> bool:
-        """Block until every informer has listed once (True) or the term ends (False)."""
-        for inf in self.informers:
-            while not inf.synced.wait(0.1):
-                if self.stop.is_set():
-                    return False
-        return not self.stop.is_set()
-
-    def _worker(self) -> None:
-        # A key queued before every cache has listed waits in the queue: a step judged against a
-        # cache still empty would take "not known yet" for "not ours" (no check of ours, no pod).
-        if not self._caches_synced():
-            return
-        while not self.stop.is_set():
-            got = self.queue.get(timeout=0.5)
-            if got is None:
-                continue
-            key, obj = got
-            try:
-                self._process(key, obj)  # type: ignore[arg-type]
-                self._failing.pop(key, None)  # type: ignore[arg-type]
-            except Exception as exc:
-                self.metrics.reconcile_errors.labels(kind=key[0]).inc()  # type: ignore[index]
-                # A key that keeps failing backs off (1 s doubling, at most RETRY_CAP; 5 minutes for
-                # a TrainJob whose annotations the apiserver refuses: only a person frees room).
-                streak = self._failing.get(key)  # type: ignore[call-overload]
-                refused = isinstance(exc, adapter.AnnotationsRefused)
-                if streak is None:
-                    streak = self._failing[key] = backoff.Backoff(  # type: ignore[index]
-                        base=1.0, cap=ANNOTATIONS_RETRY_CAP if refused else RETRY_CAP)
-                where = {"key": "/".join(key), "retry": streak.attempt + 1}  # type: ignore[arg-type]
-                if refused:
-                    # One line, not a traceback: it names the TrainJob, our bytes and the budget.
-                    (log.warning if streak.attempt == 0 else log.debug)(
-                        "annotations refused, backing off: %s", exc, extra=where)
-                else:
-                    log.exception("reconcile failed, retrying", extra=where)
-                if key[0] == "workload":  # type: ignore[index]
-                    self._read_fresh[key] = True  # type: ignore[index]
-                self.queue.add_after(key, obj, streak.next_delay())
-            finally:
-                self.queue.done(key)
-
-    def start(self) -> None:
-        for inf in self.informers:
-            self.threads.append(inf.start())
-        for i in range(self.settings.workers):
-            t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
-            t.start()
-            self.threads.append(t)
-
-    def wait_synced(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        return all(inf.synced.wait(max(0.0, deadline - time.monotonic())) for inf in self.informers)
-
-    def shutdown(self, timeout: float = 2.0) -> bool:
-        """Let workers finish the step they are in (at most TIMEOUT in all); True when every one
-        has. Informers stop at their watch's next event or its end (daemon threads: a process that
-        exits does not wait for them); what they deliver meanwhile goes to this closed queue."""
-        self.stop.set()
-        self.queue.close()
-        deadline = time.monotonic() + timeout
-        workers = [t for t in self.threads if t.name.startswith("worker-")]
-        for t in workers:
-            t.join(max(0.0, deadline - time.monotonic()))
-        return not any(t.is_alive() for t in workers)
-
-
-Obj = dict[str, Any]
-
-
-def without_managed_fields(obj: Obj) -> Obj:
-    """Pure: OBJ without metadata.managedFields (who wrote which field: never read here)."""
-    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
-    return {**obj, "metadata": meta}
-
-
-def names_only(obj: Obj) -> Obj:
-    """Pure: OBJ's namespace and name, all the flagged gauge counts by."""
-    meta = obj.get("metadata") or {}
-    return {"metadata": {k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion") if k in meta}}
-
-
-def pod_view(pod: Obj) -> Obj:
-    """Pure: what the detector reads of a pod: its metadata without managedFields, its status, and
-    of its spec each container's name and its variables' names (whether the prologue's inputs are
-    there), not their values. A trainer pod carries the whole prologue in its command and often a
-    large environment: a cache of a thousand admitted TrainJobs' pods held them all (bench/admission)."""
-    view = {k: v for k, v in without_managed_fields(pod).items() if k != "spec"}
-    containers = (pod.get("spec") or {}).get("containers")
-    if isinstance(containers, list):
-        view["spec"] = {"containers": [
-            {"name": c.get("name"), "env": [{"name": e.get("name")} for e in _list(c.get("env")) if isinstance(e, dict)]}
-            for c in containers if isinstance(c, dict)]}
-    return view
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def slim(obj: Obj) -> Obj:
-    """Pure: OBJ without its spec and managedFields: the metadata and status the handlers read."""
-    return {k: v for k, v in without_managed_fields(obj).items() if k != "spec"}
-
-
 def run(settings: Settings) -> int:
     """The process: health server, leader election, the controller. Returns
     the exit status (0 after SIGTERM, 1 when a lost lease found a worker still in its step)."""
@@ -397,11 +110,11 @@ def run(settings: Settings) -> int:
     # election library's thread) against its end, so a term that ended before its lead() ran
     # starts nothing.
     guard = threading.Lock()
-    current: dict[str, Controller | None] = {"controller": None}
+    current: dict[str, reconcile.Controller | None] = {"controller": None}
 
     def lead(ended: threading.Event) -> None:
         log.info("leading", extra={"lease": settings.lease_name})
-        controller = Controller(client, settings, metrics=metrics)
+        controller = reconcile.Controller(client, settings, metrics=metrics)
         with guard:
             if done.is_set() or ended.is_set():
                 return

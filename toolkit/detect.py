@@ -169,7 +169,7 @@ def stopped_in_history(history_text: object, *, a: int, j: int, jobset_uid: str 
 
 def created_below_floor(*, pod_name: str, admission: int, floor: int, raised_at: str) -> Violation | None:
     """An ended pod judged by the floor as it stood when the pod was created: `floor` was set by a
-    raise at `raised_at`, a second before the pod's creation or earlier (see controller.detector)."""
+    raise at `raised_at`, a second before the pod's creation or earlier (see controller.pod_rules)."""
     if admission >= floor:
         return None
     return Violation(

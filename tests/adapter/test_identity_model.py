@@ -89,7 +89,7 @@ import hypothesis.stateful as stateful
 import hypothesis.strategies as st
 import pytest
 
-from controller import admission, detector
+from controller import admission, detector, pod_rules
 from toolkit import adapter, causes, detect, history, kube, marks, names, paths, raising, render, runtime_check
 
 
@@ -315,7 +315,7 @@ class Identity(stateful.RuleBasedStateMachine):
             "metadata": {
                 "name": name,
                 "namespace": "ns",
-                "labels": {detector.REPLICATED_JOB_LABEL: names.TRAINER_REPLICATED_JOB,
+                "labels": {marks.REPLICATED_JOB_LABEL: names.TRAINER_REPLICATED_JOB,
                            names.JOBSET_NAME_LABEL: "tj",
                            names.JOBSET_UID_LABEL: self.store.jobset["metadata"]["uid"],
                            names.RESTART_LABEL: str(restarts)},
@@ -813,7 +813,7 @@ def test_the_model_can_fail_when_adopt_clears_what_was_not_reviewed(monkeypatch)
 def test_the_model_can_fail_when_unknown_checks_read_as_none_of_ours(monkeypatch):
     """A leader's pass before its AdmissionCheck cache synced: read as "no check is ours", every pod
     Kueue started is judged resumed without a raise, a flag with no reset, and the machine finds it."""
-    original = detector.admitted_by
+    original = pod_rules.admitted_by
 
     def unknown_is_empty() -> None:
         monkeypatch.setattr(detector.Detector, "_admitted", lambda self, pod, tj: (
@@ -828,10 +828,10 @@ def test_the_model_can_fail_when_an_eviction_reads_as_an_admission(monkeypatch):
     """An unsuspend by hand while the Workload is evicted: with the eviction read as an admission
     for it and the hold rules off, the pods started by hand repeat the evicted execution's A and J
     unflagged, and the machine finds it."""
-    original = detector.admitted_by
+    original = pod_rules.admitted_by
 
     def evicted_is_admitted() -> None:
-        monkeypatch.setattr(detector, "admitted_by", lambda w, tj, *, ours, unsuspended=None: original(
+        monkeypatch.setattr(pod_rules, "admitted_by", lambda w, tj, *, ours, unsuspended=None: original(
             w, tj, ours=ours, unsuspended=None))
         for rule in ("repeat_after_stop", "repeat_across_unsuspend"):
             monkeypatch.setattr(history, rule, lambda h, **kw: None)
@@ -868,7 +868,7 @@ def test_an_execution_below_the_floor_that_ended_unseen_is_flagged_by_the_floor_
 def test_the_model_can_fail_when_ended_pods_are_not_judged_by_the_floor_at_their_creation(monkeypatch):
     """Without the rules for ended pods the twin goes unflagged, and the property says so. (Its
     pods straddle the raise to 2, so the rule of the times judges it too: both are taken away.)"""
-    monkeypatch.setattr(detector, "_created_below_floor", lambda pod, trainjob: None)
+    monkeypatch.setattr(pod_rules, "_created_below_floor", lambda pod, trainjob: None)
     monkeypatch.setattr(history, "repeat_across_raise", lambda h, **kw: None)
     _without_hold_rules(monkeypatch)
     machine = _unseen_twin_trace()
@@ -926,7 +926,7 @@ def test_an_execution_resumed_by_hand_is_flagged():
 def test_the_model_can_fail_without_the_resume_rule(monkeypatch):
     """Without the rule that reads who last set spec.suspend, the repeat goes unflagged, and the
     property says so."""
-    monkeypatch.setattr(detector, "resumed", lambda pod, trainjob, *, admitted: None)
+    monkeypatch.setattr(pod_rules, "resumed", lambda pod, trainjob, *, admitted: None)
     _without_hold_rules(monkeypatch)
     with pytest.raises(AssertionError, match="repeated without a flag"):
         _resumed_by_hand_trace().teardown()

@@ -11,9 +11,9 @@ import json
 import hypothesis
 import hypothesis.strategies as st
 
-from controller import detector
+from controller import pod_rules
 from sidecar import check
-from toolkit import detect, history, names, raising
+from toolkit import detect, history, marks, names, raising
 
 UID = "js-1"
 
@@ -40,7 +40,7 @@ def _trainjob(*, suspend_owner: tuple[str, int] | None = None, generation: int =
 def _pod(name: str, *, created: int, a: int = 1, j: int = 0, stopped: int | None = None, grace: int = 30) -> dict:
     meta = {"name": name, "namespace": "ns", "creationTimestamp": _at(created),
             "labels": {names.JOBSET_NAME_LABEL: "tj", names.JOBSET_UID_LABEL: UID, names.RESTART_LABEL: str(j),
-                       detector.REPLICATED_JOB_LABEL: names.TRAINER_REPLICATED_JOB},
+                       marks.REPLICATED_JOB_LABEL: names.TRAINER_REPLICATED_JOB},
             "annotations": {names.ADMISSION_ANNOTATION: str(a)}}
     if stopped is not None:
         meta["deletionTimestamp"] = _at(stopped + grace)
@@ -55,7 +55,7 @@ def _observed(recorded: history.History, pod: dict, trainjob: dict) -> history.H
 
 
 def _rules(pod: dict, trainjob: dict, **kw) -> list[str]:
-    return [v.detail for v in detector.judge(pod, trainjob, **kw)]
+    return [v.detail for v in pod_rules.judge(pod, trainjob, **kw)]
 
 
 def test_the_first_delete_request_is_the_deletion_timestamp_less_its_grace():
@@ -165,35 +165,35 @@ def _workload(*, evicted_at: int | None = None, active: bool = True, ready: bool
 def test_an_unsuspend_while_evicted_or_deactivated_is_not_an_admission():
     tj = _trainjob()
     after = detect.SKEW_SECONDS + 1
-    assert detector.admitted_by([_workload(evicted_at=10)], tj, ours={"ac"}, unsuspended=_at(10 + after)) is False
-    assert detector.admitted_by([_workload(evicted_at=10, active=False)], tj, ours={"ac"},
+    assert pod_rules.admitted_by([_workload(evicted_at=10)], tj, ours={"ac"}, unsuspended=_at(10 + after)) is False
+    assert pod_rules.admitted_by([_workload(evicted_at=10, active=False)], tj, ours={"ac"},
                                 unsuspended=_at(10 + after)) is False
     # the unsuspend that began the admission now being torn down: its pods are on their way out
-    assert detector.admitted_by([_workload(evicted_at=10)], tj, ours={"ac"}, unsuspended=_at(2)) is True
+    assert pod_rules.admitted_by([_workload(evicted_at=10)], tj, ours={"ac"}, unsuspended=_at(2)) is True
     # within the margin of Kueue's clock: not judged
-    assert detector.admitted_by([_workload(evicted_at=10)], tj, ours={"ac"},
+    assert pod_rules.admitted_by([_workload(evicted_at=10)], tj, ours={"ac"},
                                 unsuspended=_at(10 + detect.SKEW_SECONDS)) is True
     # deactivated, not evicted yet: no unsuspend is an admission
-    assert detector.admitted_by([_workload(active=False)], tj, ours={"ac"}, unsuspended=_at(5)) is False
-    assert detector.admitted_by([_workload()], tj, ours={"ac"}, unsuspended=_at(5)) is True
-    assert detector.admitted_by([_workload(ready=False)], tj, ours={"ac"}, unsuspended=_at(5)) is False
+    assert pod_rules.admitted_by([_workload(active=False)], tj, ours={"ac"}, unsuspended=_at(5)) is False
+    assert pod_rules.admitted_by([_workload()], tj, ours={"ac"}, unsuspended=_at(5)) is True
+    assert pod_rules.admitted_by([_workload(ready=False)], tj, ours={"ac"}, unsuspended=_at(5)) is False
 
 
 def test_a_pod_started_by_hand_while_evicted_is_flagged():
     tj = _trainjob(suspend_owner=("kubectl-patch", 30))
-    admitted = detector.admitted_by([_workload(evicted_at=10)], tj, ours={"ac"}, unsuspended=_at(30))
-    found = detector.judge(_pod("p", created=31, a=1), tj, admitted=admitted)
+    admitted = pod_rules.admitted_by([_workload(evicted_at=10)], tj, ours={"ac"}, unsuspended=_at(30))
+    found = pod_rules.judge(_pod("p", created=31, a=1), tj, admitted=admitted)
     assert [v.rule for v in found] == ["resumed-without-raise"]
 
 
 def test_not_knowing_our_checks_yet_judges_nothing_as_not_ours():
     tj = _trainjob(suspend_owner=("kueue", 30))
-    assert detector.admitted_by([_workload()], tj, ours=None, unsuspended=_at(30)) is None
-    assert detector.judge(_pod("p", created=31), tj, admitted=None) == []
+    assert pod_rules.admitted_by([_workload()], tj, ours=None, unsuspended=_at(30)) is None
+    assert pod_rules.judge(_pod("p", created=31), tj, admitted=None) == []
     # ... where an empty set of checks known would have flagged it
-    assert [v.rule for v in detector.judge(
+    assert [v.rule for v in pod_rules.judge(
         _pod("p", created=31), tj,
-        admitted=detector.admitted_by([_workload()], tj, ours=set(), unsuspended=_at(30)))] == ["resumed-without-raise"]
+        admitted=pod_rules.admitted_by([_workload()], tj, ours=set(), unsuspended=_at(30)))] == ["resumed-without-raise"]
 
 
 def test_the_sidecars_first_check_reports_a_pod_starting_in_a_stopped_execution():

@@ -14,7 +14,7 @@ import time
 import kubernetes.client
 import pytest
 
-from controller import app
+from controller import app, reconcile
 from controller import metrics as metrics_mod
 from tests.controller import holding_apiserver
 from tests.controller.conftest import wait_until
@@ -30,7 +30,7 @@ def controller():
     server.lists[paths.POD.path(namespace=NS)] = [POD]
     server.lists[paths.ADMISSION_CHECK.path()] = [ADMISSION_CHECK]
     client = kube.Client(kubernetes.client.ApiClient(kubernetes.client.Configuration(host=server.url)), retries=0)
-    made = app.Controller(client, app.Settings(namespace=NS, workers=1), metrics=metrics_mod.Metrics())
+    made = reconcile.Controller(client, app.Settings(namespace=NS, workers=1), metrics=metrics_mod.Metrics())
     yield made
     assert made.shutdown()
     server.close()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from controller import app
+from controller import views
 from toolkit import informer
 from tests.controller.conftest import wait_until
 from toolkit import kube, paths
@@ -132,11 +132,11 @@ def test_a_watch_that_ends_is_restarted_from_the_last_resource_version_delivered
 
 
 def test_the_transform_shapes_what_the_cache_and_the_handler_get_listed_and_watched(admin, namespace):
-    """The controller's own transform (`app.slim`): no spec, no managedFields, the metadata and status kept."""
+    """The controller's own transform (`views.slim`): no spec, no managedFields, the metadata and status kept."""
     seen: list[dict[str, Any]] = []
     _template(admin, namespace, "listed")
     inf = informer.Informer(admin, POD_TEMPLATE, handler=lambda kind, obj: seen.append(obj), namespace=namespace,
-                            transform=app.slim, watch_timeout=2)
+                            transform=views.slim, watch_timeout=2)
     thread = threading.Thread(target=inf.run, kwargs={"max_rounds": 2}, daemon=True)  # the list, one watch
     thread.start()
     try:
@@ -149,5 +149,5 @@ def test_the_transform_shapes_what_the_cache_and_the_handler_get_listed_and_watc
         assert "template" in obj and "spec" not in obj  # a PodTemplate has no spec of its own: its template stays
         assert obj["metadata"]["name"] in ("listed", "watched") and obj["metadata"]["resourceVersion"]
         assert "managedFields" not in obj["metadata"]
-    assert app.slim({"metadata": {"name": "n", "managedFields": [{}]}, "spec": {"x": 1}, "status": {"y": 2}}) == {
+    assert views.slim({"metadata": {"name": "n", "managedFields": [{}]}, "spec": {"x": 1}, "status": {"y": 2}}) == {
         "metadata": {"name": "n"}, "status": {"y": 2}}

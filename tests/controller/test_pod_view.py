@@ -1,5 +1,5 @@
-"""What the controller's pod cache keeps (`app.pod_view`) judges every pod as the whole pod does
-(pure: `detector.judge` on both), and drops the command and the variables' values a trainer pod
+"""What the controller's pod cache keeps (`views.pod_view`) judges every pod as the whole pod does
+(pure: `pod_rules.judge` on both), and drops the command and the variables' values a trainer pod
 carries (the prologue, whatever the runtime's env holds)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 import hypothesis
 import hypothesis.strategies as st
 
-from controller import app, detector
-from toolkit import detect, names
+from controller import pod_rules, views
+from toolkit import detect, marks, names
 
 TRAINJOB = {
     "apiVersion": f"{names.TRAINER_GROUP}/{names.TRAINER_VERSION}", "kind": "TrainJob",
@@ -44,7 +44,7 @@ SPEC = st.one_of(st.fixed_dictionaries({"containers": st.lists(CONTAINER, min_si
 @st.composite
 def pods(draw: st.DrawFn) -> dict:
     labels = {names.JOBSET_NAME_LABEL: "tj", names.RESTART_LABEL: draw(mostly("0", "1", "x")),
-              detector.REPLICATED_JOB_LABEL: draw(mostly(names.TRAINER_REPLICATED_JOB, "launcher"))}
+              marks.REPLICATED_JOB_LABEL: draw(mostly(names.TRAINER_REPLICATED_JOB, "launcher"))}
     if draw(st.booleans()):
         labels[names.JOBSET_UID_LABEL] = draw(mostly("js-1", "js-2"))
     admission = draw(mostly("3", None, "0", "2", "4", "03"))
@@ -64,7 +64,7 @@ def pods(draw: st.DrawFn) -> dict:
 @hypothesis.given(pod=pods(), admitted=st.sampled_from([None, True, False]))
 @hypothesis.settings(max_examples=300, deadline=None)
 def test_the_view_judges_every_pod_as_the_whole_pod_does(pod: dict, admitted: bool | None) -> None:
-    assert detector.judge(app.pod_view(pod), TRAINJOB, admitted=admitted) == detector.judge(
+    assert pod_rules.judge(views.pod_view(pod), TRAINJOB, admitted=admitted) == pod_rules.judge(
         pod, TRAINJOB, admitted=admitted)
 
 
@@ -75,9 +75,9 @@ def test_the_view_keeps_the_names_and_drops_the_command_the_values_and_the_manag
            "spec": {"containers": [{"name": names.TRAINER_CONTAINER, "command": ["sh", "-c", "x" * 20_000],
                                     "env": env}],
                     "volumes": [{"name": "v"}]}}
-    view = app.pod_view(pod)
+    view = views.pod_view(pod)
     assert view == {"metadata": {"name": "p"}, "status": {"phase": "Running"},
                     "spec": {"containers": [{"name": names.TRAINER_CONTAINER,
                                              "env": [{"name": names.ENV_ADMISSION}, {"name": "HF_TOKEN"}]}]}}
     assert "hf_secret" not in json.dumps(view) and len(json.dumps(view)) < 300
-    assert detector.judge(view, TRAINJOB) == detector.judge(pod, TRAINJOB)
+    assert pod_rules.judge(view, TRAINJOB) == pod_rules.judge(pod, TRAINJOB)

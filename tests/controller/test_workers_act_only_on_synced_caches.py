@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import kubernetes.client
 import pytest
 
-from controller import app
+from controller import app, reconcile
 from controller import metrics as metrics_mod
 from tests.controller import holding_apiserver
 from tests.controller.conftest import wait_until
@@ -57,7 +57,7 @@ def test_no_key_is_processed_until_the_admission_checks_have_listed(apiserver):
     trainjob = paths.TRAINJOB.path(namespace=NS, name="tj")
 
     client = kube.Client(kubernetes.client.ApiClient(kubernetes.client.Configuration(host=apiserver.url)), retries=0)
-    controller = app.Controller(client, app.Settings(namespace=NS, workers=2), metrics=metrics_mod.Metrics())
+    controller = reconcile.Controller(client, app.Settings(namespace=NS, workers=2), metrics=metrics_mod.Metrics())
     controller.start()
     try:
         others = [inf for inf in controller.informers if inf is not controller.checks]
