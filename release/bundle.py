@@ -6,7 +6,8 @@ builds the images (release.images), hands each to PUSH, which pushes it wherever
 answers the manifest digest it was pushed under, and writes into OUT_DIR:
 
     controller.yaml    the controller: its Namespace, RBAC, Deployment, PDB, PriorityClass,
-                       the AdmissionCheck, the metrics Service
+                       the AdmissionCheck, the metrics Service, the admission policy
+                       `dispatch-identity` with the prologue written into its parameter
     dispatcher.yaml    the dispatcher (optional), in its own Namespace
     sidecar-rbac.yaml  the sidecar's ServiceAccount, Role and RoleBinding, namespace-less:
                        `kubectl apply --server-side -n NS -f sidecar-rbac.yaml` per training namespace
@@ -36,6 +37,7 @@ import yaml
 
 from release import images
 from release import version as versioning
+from toolkit import prologue
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BASE = REPO / "deployments" / "k8s" / "base"
@@ -118,10 +120,21 @@ def _images_named(node: Any) -> list[str]:
     return found
 
 
+# The admission policy's parameter (deployments/k8s/base/controller/identity-policy.yaml): the
+# prologue it wraps a TrainJob's command in, byte for byte the one `toolkit wrap` prints.
+IDENTITY_PARAMETER = ("ConfigMap", "dispatch-identity")
+
+
+def with_prologue(doc: dict[str, Any]) -> dict[str, Any]:
+    if (doc.get("kind"), (doc.get("metadata") or {}).get("name")) == IDENTITY_PARAMETER:
+        doc = {**doc, "data": {**(doc.get("data") or {}), "prologue": prologue.text()}}
+    return doc
+
+
 def render(part: str, *, build: versioning.Build, references: Mapping[str, str], kubectl: pathlib.Path) -> str:
     """PART's install manifest: kustomized, pinned, labelled with the version, as YAML documents."""
     sources = {source_reference(name): ref for name, ref in references.items()}
-    docs = [_substitute(d, sources) for d in kustomize(part, kubectl=kubectl)]
+    docs = [with_prologue(_substitute(d, sources)) for d in kustomize(part, kubectl=kubectl)]
     for doc in docs:
         doc.setdefault("metadata", {}).setdefault("labels", {})[VERSION_LABEL] = build.tag
         for image in _images_named(doc):

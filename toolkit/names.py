@@ -63,6 +63,21 @@ JOB_ID_ANNOTATION = f"{DOMAIN}/job-id"
 GENERATION_ANNOTATION = f"{DOMAIN}/generation"
 SUBMISSION_ANNOTATION = f"{DOMAIN}/submission"
 ATTEMPT_ANNOTATION = f"{DOMAIN}/attempt"
+# A TrainJob made without a StartRequest (the Kubeflow SDK, kubectl) in a namespace carrying
+# IDENTITY_NAMESPACE_LABEL = "enabled" is wrapped at creation by the admission policy
+# `dispatch-identity` (deployments/k8s/base/controller/identity-policy.yaml), which marks it
+# DERIVED_ANNOTATION, or marks it REFUSED_ANNOTATION with the reason it cannot be wrapped. Its
+# prefixes reach the trainer through the Downward API, from the pod-template annotations below,
+# which the admission check writes into our runtime-patch entry with the first raise
+# (toolkit.derive); the generation comes from a counter per namespace that outlives the TrainJob,
+# in the ConfigMap GENERATIONS_CONFIGMAP of the controller's namespace.
+IDENTITY_NAMESPACE_LABEL = f"{DOMAIN}/identity"
+IDENTITY_NAMESPACE_VALUE = "enabled"
+DERIVED_ANNOTATION = f"{DOMAIN}/derived"
+REFUSED_ANNOTATION = f"{DOMAIN}/refused"
+EPOCH_PREFIX_ANNOTATION = f"{DOMAIN}/epoch-prefix"
+TOKEN_PREFIX_ANNOTATION = f"{DOMAIN}/token-prefix"
+GENERATIONS_CONFIGMAP = "dispatch-generations"
 # Kueue's label naming the LocalQueue (kueue mode).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
