@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from toolkit import clusterconfig
+from toolkit import clusterconfig, envtable
 
 
 class BadInput(click.ClickException):
@@ -36,6 +36,16 @@ def _one_line(exc: click.ClickException) -> click.ClickException:
     return exc
 
 
+def _help(spec: envtable.Setting) -> str:
+    """An option's help: what it is, its variable, what it takes and its default."""
+    parts = [f"env {spec.name}", spec.kind.expected]
+    if spec.shown is not None:
+        parts.append(f"default {spec.shown.replace('`', '')}")
+    elif spec.default not in (None, ""):
+        parts.append(f"default {str(spec.default).lower() if spec.kind is envtable.BOOLEAN else spec.default}")
+    return f"{spec.help} ({'; '.join(parts)})."
+
+
 def _controller_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The controller's options, one for each row of the settings table
     (controller/settings.py). They pass their raw text on, and the
@@ -44,13 +54,13 @@ def _controller_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     from controller import settings
 
     for spec in reversed(settings.TABLE):
-        text = spec.help_text
-        if spec.kind == "bool":
+        assert spec.option is not None
+        if spec.kind is envtable.BOOLEAN:
             decl = f"{spec.option}/--no-{spec.option[2:]}"
-            fn = click.option(decl, spec.field, default=None, help=text)(fn)
+            fn = click.option(decl, spec.field, default=None, help=_help(spec))(fn)
         else:
-            metavar = "INTEGER" if spec.kind == "int" else spec.kind.upper().replace("-", "_")
-            fn = click.option(spec.option, spec.field, default=None, metavar=metavar, help=text)(fn)
+            metavar = "INTEGER" if spec.kind.name == "int" else spec.kind.name.upper().replace("-", "_")
+            fn = click.option(spec.option, spec.field, default=None, metavar=metavar, help=_help(spec))(fn)
     return fn
 
 

@@ -2,15 +2,15 @@
 environment's text as a whole number, a number of seconds or a boolean,
 for the controller, the dispatcher and the sidecar.
 
-Each process keeps its own table of variables and its own one-line error
-texts (operators and tests know them; they name the variable and the
-bound). What they share is here, so a value means the same thing to all
-three: `get` (a variable set to the empty string counts as unset, as a
-Deployment that templates a value out leaves it), and the parsers, which
-raise `Malformed` (the text is not of the type at all) or `OutOfRange`
-(it is, but outside the bounds; `value` is what was read) for the caller to
-word. A parser takes the text as given: a caller that allows surrounding
-blanks strips them first.
+Each process declares its table of variables for the table machinery
+(toolkit.envtable), which reads them with these and words the one-line
+refusal (the variable and what it takes). So a value means the same thing
+to all three: `get` (a variable set to the empty string counts as unset,
+as a Deployment that templates a value out leaves it), and the parsers,
+which raise `Malformed` (the text is not of the type at all) or
+`OutOfRange` (it is, but outside the bounds; `value` is what was read) for
+the caller to word. A parser takes the text as given: a caller that allows
+surrounding blanks strips them first.
 
 Standard library only, and no I/O: the sidecar imports this.
 """

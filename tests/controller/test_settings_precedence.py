@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from controller import admission, app, settings
 from controller import cli as controller_cli
+from toolkit import envtable
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -225,11 +226,11 @@ def test_the_variable_and_the_option_agree_on_every_value(monkeypatch, field):
     spec = settings.BY_FIELD[field]
     for raw in TRICKY:
         try:
-            direct = ("ok", getattr(app.Settings.from_env({spec.env: raw}), field))
+            direct = ("ok", getattr(app.Settings.from_env({spec.name: raw}), field))
         except app.SettingsError as exc:
-            direct = ("refused", str(exc).removeprefix(f"{spec.env}="))
-        result, seen = _invoke(monkeypatch, [], {spec.env: raw})
-        assert _verdict(result, seen, field, spec.env) == direct, raw
-        if spec.kind != "bool":
+            direct = ("refused", str(exc).removeprefix(f"{spec.name}="))
+        result, seen = _invoke(monkeypatch, [], {spec.name: raw})
+        assert _verdict(result, seen, field, spec.name) == direct, raw
+        if spec.kind is not envtable.BOOLEAN:
             result, seen = _invoke(monkeypatch, [spec.option, raw], {})
             assert _verdict(result, seen, field, spec.option) == direct, raw

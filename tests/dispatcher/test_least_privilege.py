@@ -46,15 +46,19 @@ def test_the_driver_s_user_root_permission_and_service_account_come_from_the_set
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
-    ("TCAB_DISPATCHER_DRIVER_RUN_AS_NON_ROOT", "yes", "TCAB_DISPATCHER_DRIVER_RUN_AS_NON_ROOT='yes' is not true or false"),
-    ("TCAB_DISPATCHER_DRIVER_RUN_AS_USER", "0", "TCAB_DISPATCHER_DRIVER_RUN_AS_USER=0 is outside 1..2147483647"),
+    ("TCAB_DISPATCHER_DRIVER_RUN_AS_NON_ROOT", "yes",
+     "TCAB_DISPATCHER_DRIVER_RUN_AS_NON_ROOT='yes': expected true or false"),
+    ("TCAB_DISPATCHER_DRIVER_RUN_AS_USER", "0",
+     "TCAB_DISPATCHER_DRIVER_RUN_AS_USER=0: expected a whole number from 1 to 2147483647"),
     ("TCAB_DISPATCHER_DRIVER_RUN_AS_USER", "root",
-     "TCAB_DISPATCHER_DRIVER_RUN_AS_USER='root' is not an integer in 1..2147483647"),
-    ("TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP", "0", "TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP=0 is outside 1..2147483647"),
+     "TCAB_DISPATCHER_DRIVER_RUN_AS_USER='root': expected a whole number from 1 to 2147483647"),
+    ("TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP", "0",
+     "TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP=0: expected a whole number from 1 to 2147483647"),
     ("TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP", "wheel",
-     "TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP='wheel' is not an integer in 1..2147483647"),
+     "TCAB_DISPATCHER_DRIVER_RUN_AS_GROUP='wheel': expected a whole number from 1 to 2147483647"),
     ("TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT", "Driver SA",
-     "TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT='Driver SA' is not a DNS label (lowercase, digits, '-', at most 63)"),
+     "TCAB_DISPATCHER_DRIVER_SERVICE_ACCOUNT='Driver SA': expected a DNS-1123 label "
+     "(lowercase letters, digits and '-', at most 63)"),
 ])
 def test_a_bad_driver_security_setting_is_one_line_naming_the_variable_and_the_bound(
         name: str, value: str, message: str) -> None:

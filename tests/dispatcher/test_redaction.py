@@ -69,7 +69,7 @@ def test_a_service_token_that_is_not_a_bearer_token_is_refused_in_one_line_witho
         settings.from_env({"TCAB_BACKEND_URL": "http://b:1", "TCAB_BACKEND_SERVICE_TOKEN": token,
                            "TCAB_DISPATCHER_DRIVER_IMAGE": "d:1"})
     message = str(e.value)
-    assert message.startswith("TCAB_BACKEND_SERVICE_TOKEN holds a character outside an RFC 6750 bearer token")
+    assert message.startswith("TCAB_BACKEND_SERVICE_TOKEN: holds a character outside an RFC 6750 bearer token")
     assert "\n" not in message and not any(h in message for h in halves)
 
 

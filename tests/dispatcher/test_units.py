@@ -30,15 +30,16 @@ def test_the_heartbeat_file_is_an_absolute_path_in_an_existing_directory(tmp_pat
 
 
 @pytest.mark.parametrize(("value", "says"), [
-    ("alive", "is not an absolute path of a file"), ("/tmp/", "is not an absolute path of a file"),
-    ("/tmp/..", "is not an absolute path of a file"),
-    ("/no/such/dir/alive", "is in '/no/such/dir', which is not an existing directory"),
-    ("/tmp", "is a directory, not a file"), ("/tmp/.", "is a directory, not a file"),
+    ("alive", "expected an absolute path of a file, in an existing directory"),
+    ("/tmp/", "expected an absolute path of a file, in an existing directory"),
+    ("/tmp/..", "expected an absolute path of a file, in an existing directory"),
+    ("/no/such/dir/alive", "'/no/such/dir' is not an existing directory"),
+    ("/tmp", "expected a file, not a directory"), ("/tmp/.", "expected a file, not a directory"),
 ])
 def test_a_bad_heartbeat_file_is_one_line_naming_the_variable(value: str, says: str) -> None:
     with pytest.raises(settings.SettingsError) as e:
         settings.from_env({**REQUIRED, "TCAB_DISPATCHER_HEARTBEAT_FILE": value})
-    assert str(e.value) == f"TCAB_DISPATCHER_HEARTBEAT_FILE={value!r} {says}"
+    assert str(e.value) == f"TCAB_DISPATCHER_HEARTBEAT_FILE={value!r}: {says}"
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED))
@@ -69,30 +70,6 @@ def test_the_process_refuses_to_start_with_one_line_and_exit_2() -> None:
                           capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == "dispatcher: TCAB_BACKEND_URL is required and not set\n"
-
-
-def table_rows(text: str, *, section: str) -> list[str]:
-    """The `| `NAME` | ... |` rows of the settings table in one `## ` section of a Markdown file."""
-    start = text.index(f"\n## {section}\n")
-    end = text.find("\n## ", start + 1)
-    body = text[start:end if end != -1 else len(text)]
-    return [line for line in body.splitlines() if line.startswith("| `")]
-
-
-def expected_row(name: str, default: str | None, meaning: str) -> str:
-    shown = "**required**" if default is None else "—" if default == "" else (
-        default if " " in default else f"`{default}`")
-    return f"| `{name}` | {shown} | {meaning} |"
-
-
-@pytest.mark.parametrize(("path", "section"), [("docs/dispatcher.md", "Configuration")])
-def test_every_variable_is_in_the_docs_table(path: str, section: str) -> None:
-    """The docs' table says what `VARIABLES` says."""
-    rows = table_rows((REPO / path).read_text(), section=section)
-    expected = [expected_row(*variable) for variable in settings.VARIABLES]
-    assert [r for r in expected if r not in rows] == []
-    names_in_table = [r.split("`")[1] for r in rows]
-    assert sorted(names_in_table) == sorted(v[0] for v in settings.VARIABLES), "a row for an unknown variable"
 
 
 CLAIM = backend.Claim(job_id="7f3a", token="tok-123", launch_request={"b": 1, "a": [2]})
@@ -150,7 +127,7 @@ def test_only_an_id_that_is_a_clean_label_is_used_as_it_stands(job_id: str, plai
 def test_a_value_with_a_trailing_newline_or_past_its_bound_is_refused(name: str, value: str) -> None:
     with pytest.raises(settings.SettingsError) as e:
         settings.from_env({**REQUIRED, name: value})
-    assert str(e.value).startswith(f"{name}={value!r} is not ") and "\n" not in str(e.value)
+    assert str(e.value).startswith(f"{name}={value!r}: expected ") and "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("value", ["1", "0.5", ".5", "5.", "+1", "1e3", "1E-3", "2u", "300n", "1Ki", "4Gi", "1E"])

@@ -50,6 +50,7 @@ _UNDER_THE_SHELLS = ("core", "domain", "kube", "operations")
 LAYERS: dict[str, Layer] = {
     # The shared core: the standard library only, importable alone (the sidecar ships it and nothing else).
     "core": Layer(modules=("toolkit", "toolkit.names", "toolkit.marks", "toolkit.detect", "toolkit.envparse",
+                           "toolkit.envtable",
                            "toolkit.backoff", "toolkit.jsonlog", "toolkit.paths", "toolkit.identity",
                            "toolkit.prologue", "toolkit.formats"),
                   below=(), third_party=None),

@@ -103,7 +103,7 @@ def test_image_is_non_root_small_and_has_no_shell(client: docker.DockerClient, i
                                                  "DISPATCH_SIDECAR_INTERVAL_SECONDS": "soon"})
     assert (refused.exit_code, refused.stdout) == (2, b""), refused.stderr
     assert refused.stderr.decode().splitlines() == [
-        "dispatch-sidecar: DISPATCH_SIDECAR_INTERVAL_SECONDS='soon': must be a number of seconds in [0.01, 86400]"]
+        "dispatch-sidecar: DISPATCH_SIDECAR_INTERVAL_SECONDS='soon': expected a number of seconds from 0.01 to 86400"]
 
 
 def test_the_image_carries_the_toolkit_core_alone(client: docker.DockerClient, image: str) -> None:

@@ -114,7 +114,7 @@ def test_bad_settings_exit_2_with_one_line(tmp_path: pathlib.Path) -> None:
         assert proc.wait(timeout=10) == 2
         assert proc.stderr is not None
         assert proc.stderr.read().splitlines() == [
-            "dispatch-sidecar: DISPATCH_SIDECAR_INTERVAL_SECONDS='soon': must be a number of seconds in [0.01, 86400]"]
+            "dispatch-sidecar: DISPATCH_SIDECAR_INTERVAL_SECONDS='soon': expected a number of seconds from 0.01 to 86400"]
     finally:
         stop(proc)
 
@@ -123,10 +123,10 @@ def test_imports_stay_standard_library_only() -> None:
     # The sidecar pays for every import in every pod: no kubernetes client, no
     # YAML, no logging package, and of the toolkit only names, detect and the
     # standard-library core the three processes share (paths, backoff,
-    # jsonlog, envparse; so toolkit/__init__.py must stay import-free).
+    # jsonlog, envparse, envtable; so toolkit/__init__.py must stay import-free).
     code = ("import sys, sidecar.main; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "{'toolkit', 'kubernetes', 'yaml', 'urllib3', 'click', 'docker', 'typing', 'logging'}))")
     done = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ("['toolkit', 'toolkit.backoff', 'toolkit.detect', 'toolkit.envparse', "
-                                   "'toolkit.jsonlog', 'toolkit.names', 'toolkit.paths']")
+                                   "'toolkit.envtable', 'toolkit.jsonlog', 'toolkit.names', 'toolkit.paths']")

@@ -1,5 +1,5 @@
 """The core the three processes share (toolkit.paths, .backoff, .jsonlog,
-.envparse): the backoff schedule and Retry-After, one log record written by
+.envparse, .envtable): the backoff schedule and Retry-After, one log record written by
 the sidecar, the controller and the dispatcher alike, resource paths, and the
 value parsers under each process's settings."""
 
@@ -22,7 +22,7 @@ from controller import settings as controller_settings
 from dispatcher import logs
 from dispatcher import settings as dispatcher_settings
 from sidecar import report
-from toolkit import backoff, envparse, jsonlog, paths
+from toolkit import backoff, envparse, envtable, jsonlog, paths
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -183,7 +183,7 @@ BOOLEAN_TEXTS = ["true", "false", "TRUE", "False", " true ", "true\n", "1", "0",
 
 def _controller_bool(text: str) -> bool | None:
     try:
-        return bool(controller_settings.parse(controller_settings.BY_FIELD["leader_elect"], text, source="X"))
+        return bool(envtable.parse(controller_settings.BY_FIELD["leader_elect"], text, source="X"))
     except controller_settings.SettingsError:
         return None
 
@@ -207,8 +207,8 @@ def test_the_controller_and_the_dispatcher_read_a_boolean_setting_alike_true_or_
 
 
 def test_the_core_imports_only_the_standard_library() -> None:
-    code = ("import sys; import toolkit.paths, toolkit.backoff, toolkit.jsonlog, toolkit.envparse; "
+    code = ("import sys; import toolkit.paths, toolkit.backoff, toolkit.jsonlog, toolkit.envparse, toolkit.envtable; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in {'toolkit', 'typing', 'logging'}))")
     done = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == ("['toolkit', 'toolkit.backoff', 'toolkit.envparse', 'toolkit.jsonlog', "
-                                   "'toolkit.names', 'toolkit.paths']")
+    assert done.stdout.strip() == ("['toolkit', 'toolkit.backoff', 'toolkit.envparse', 'toolkit.envtable', "
+                                   "'toolkit.jsonlog', 'toolkit.names', 'toolkit.paths']")

@@ -53,8 +53,8 @@ def test_without_a_path_kubeconfig_then_the_home_file_outside_a_pod_and_the_serv
 
 @pytest.mark.parametrize("text", [
     next(o.help for o in cli_cluster.status_cmd.params if o.name == "kubeconfig") or "",
-    controller_settings.BY_FIELD["kubeconfig"].help,
-    next(v[2] for v in dispatcher_settings.VARIABLES if v[0] == "KUBECONFIG"),
+    str(controller_settings.BY_FIELD["kubeconfig"].shown),
+    next(s.help for s in dispatcher_settings.TABLE if s.name == "KUBECONFIG"),
 ], ids=["toolkit-cli", "controller", "dispatcher"])
 def test_each_help_text_names_the_fallback_the_code_takes(text: str) -> None:
     assert "~/.kube/config" in text and "KUBERNETES_SERVICE_HOST" in text, text
