@@ -23,6 +23,20 @@ they change is here: the ledger (the Jobs, and the creates in hand), the
 task tables (`reports`, `checks`, `reaps`: typed `stages.task.Task`s), and
 `tokens`, the one record of each run's token.
 
+No stage is given the loop. Each gets only what it uses, built once in
+`Dispatcher.__init__`: on the pool an `IO` (clients and settings, frozen),
+on the loop a `State` (the parts of the state it changes) and the loop's
+`submit` or `settle`:
+
+   stage         on the pool (IO)                          on the loop (State)
+   claim.Claims  backend.claim                             ledger, tokens; stopping, submit;
+                                                           hands a reserved run to `create`
+   create        kube, settings (Job, Secret), stopping    ledger, tokens, reports, checks
+   check         kube, settings (namespace, tombstone)     ledger, reports (found: ledger, checks)
+   report        kube, backend, namespace, log tail        tokens, ledger
+                 lines, start deadline
+   reap          kube, the namespaces reaped in            settle
+
 Pipelining (`stages.claim`): several claims in flight at once, each counted
 against the cap before it is sent; the creates of different runs overlap on
 the pool (a run's own Job and Secret stay in order), and a run offered twice
@@ -48,7 +62,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dispatcher import backend, heartbeat, jobspec, ledger, logs, settings
-from dispatcher.stages import check, claim, reap, report, task
+from dispatcher.stages import check, claim, create, reap, report, task
 from toolkit import clusterconfig, informer, kube, paths
 
 log = logging.getLogger("dispatcher")
@@ -59,7 +73,9 @@ REAP_GATHER_SECONDS = reap.REAP_GATHER_SECONDS
 
 
 class Dispatcher:
-    def __init__(self, config: settings.Settings, *, client: kube.Client, api: backend.Backend) -> None:
+    def __init__(self, config: settings.Settings, *, client: kube.Client, api: backend.Backend,
+                 tokens: dict[str, str] | None = None) -> None:
+        """`tokens`: the token record to keep (a test passes one that notes who writes it)."""
         self.config = config
         self.kube = client
         self.backend = api
@@ -68,20 +84,35 @@ class Dispatcher:
         self.watch_stop = threading.Event()
         self.ledger = ledger.Ledger(max_inflight=config.max_inflight)
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="work")
-        self.tokens: dict[str, str] = {}  # Job name -> its run's token: the one record of it
+        self.tokens: dict[str, str] = {} if tokens is None else tokens  # Job name -> its run's token: the one record
         self.reports: dict[str, report.Report] = {}
         self.checks: dict[str, check.SecretCheck] = {}
         self.reaps: dict[str, reap.Reap] = {}
         self.in_hand = 0  # submitted to the pool, answer not yet handled
         self.synced = False
         self.dispatched = 0
-        self.claims = claim.Claims(workers=config.workers)
-        self.starts = check.StartCheck(config.driver_start_deadline)
         self.heartbeat = heartbeat.Heartbeat(config.heartbeat_file) if config.heartbeat_file else None
         self.informer = informer.Informer(
             client, paths.JOB, namespace=config.namespace, label_selector=jobspec.selector(), stop=self.watch_stop,
             handler=lambda kind, obj: self.inbox.put(("event", kind, obj)),
             on_list=lambda items, started: self.inbox.put(("sync", items, started)))
+
+        # The stages, each given what it uses (the table in the module docstring), in the flow's order.
+        self.claims = claim.Claims(workers=config.workers, poll_interval=config.poll_interval, backend=api,
+                                   ledger=self.ledger, tokens=self.tokens, stopping=self.stopping,
+                                   submit=self.submit, create=self._create)
+        self.create_io = create.IO(kube=client, config=config, stopping=self.stopping)
+        self.create_state = create.State(ledger=self.ledger, tokens=self.tokens, reports=self.reports,
+                                         checks=self.checks)
+        self.check_io = check.IO(kube=client, config=config)
+        self.check_state = check.State(ledger=self.ledger, reports=self.reports)
+        self.starts = check.StartCheck(deadline=config.driver_start_deadline, io=self.check_io,
+                                       state=self.check_state, submit=self.submit)
+        self.report_io = report.IO(kube=client, backend=api, namespace=config.namespace,
+                                   log_tail_lines=config.log_tail_lines, start_deadline=config.driver_start_deadline)
+        self.report_state = report.State(tokens=self.tokens, ledger=self.ledger)
+        self.reap_io = reap.IO(kube=client, namespaces=tuple(dict.fromkeys((config.namespace,
+                                                                            config.sandbox_namespace))))
 
     # -- the loop -----------------------------------------------------------
 
@@ -105,11 +136,12 @@ class Dispatcher:
                         break
                     continue
                 if self.synced:
-                    self.claims.tick(self)
-                    self.starts.tick(self)
-                self._start_due(self.reports)
-                reap.start_due(self)
-                self._start_due(self.checks)
+                    self.claims.tick(in_hand=self.in_hand)
+                    self.starts.tick()
+                self._start_due(self.reports, io=self.report_io, state=self.report_state)
+                reap.start_due(self.reaps, io=self.reap_io, submit=self.submit,
+                               settle=lambda t, ok: self.settle(t, ok=ok, state=None))
+                self._start_due(self.checks, io=self.check_io, state=self.check_state)
         finally:
             self.watch_stop.set()
             self.pool.shutdown(wait=True)
@@ -123,9 +155,9 @@ class Dispatcher:
         dues = [t.due for t in (*self.reports.values(), *self.reaps.values(), *self.checks.values()) if not t.busy]
         # A claim is due only when one may be sent; counting it while every worker is busy would make
         # this wait 0 and the loop spin until a worker comes back.
-        if self.claims.may_claim(self):
+        if self.synced and self.claims.may_claim(in_hand=self.in_hand):
             dues.append(self.claims.next)
-        if self.synced and (start_due := self.starts.due(self)) is not None:
+        if self.synced and (start_due := self.starts.due()) is not None:
             dues.append(start_due)
         return min([1.0, *(max(0.0, d - now) for d in dues)])
 
@@ -151,7 +183,7 @@ class Dispatcher:
                 log.info("in-flight set rebuilt", extra=logs.fields(jobs=len(items), unfinished=self.ledger.unfinished()))
             self.synced = True
             for job in items:
-                check.found(self, str((job.get("metadata") or {}).get("name")))
+                check.found(str((job.get("metadata") or {}).get("name")), ledger=self.ledger, checks=self.checks)
         elif kind == "event":
             _, event_type, obj = item
             changes = self.ledger.observe(event_type, obj, now=now)
@@ -160,7 +192,7 @@ class Dispatcher:
             finished = event_type == "DELETED" or (entry is not None and entry.phase is ledger.Phase.COMPLETE)
             if finished and not changes and name not in self.reports:
                 self.tokens.pop(name, None)  # a vanished run keeps its token until it is reported
-            check.found(self, name)
+            check.found(name, ledger=self.ledger, checks=self.checks)
         elif kind == "done":
             _, callback, future = item
             self.in_hand -= 1
@@ -177,16 +209,25 @@ class Dispatcher:
                                                               job=change.job))
             self.reaps.setdefault(change.name, reap.Reap(change.name, change.job_id, due=now + REAP_GATHER_SECONDS))
 
-    def submit(self, fn: Callable[..., Any], callback: Callable[[concurrent.futures.Future[Any]], None],
-               *args: Any) -> None:
+    def submit(self, fn: Callable[..., Any], callback: task.Callback, *args: Any) -> None:
         """Run `fn(*args)` on the pool; `callback(future)` runs on the loop with its answer."""
         self.in_hand += 1
         future = self.pool.submit(fn, *args)
         future.add_done_callback(lambda f: self.inbox.put(("done", callback, f)))
 
+    # -- claim → create -----------------------------------------------------
+
+    def _create(self, claim: backend.Claim, name: str, uid: str, claimed_at: float) -> None:
+        """The claim stage hands over a run it reserved: its Job and Secret are made on the pool."""
+        self.submit(create.create, self._created, self.create_io, claim, name, uid, claimed_at)
+
+    def _created(self, future: concurrent.futures.Future[Any]) -> None:
+        if create.created(self.create_state, future):
+            self.dispatched += 1
+
     # -- the retried tasks --------------------------------------------------
 
-    def _start_due(self, table: dict[str, Any]) -> None:
+    def _start_due(self, table: dict[str, Any], *, io: Any, state: Any) -> None:
         now = time.monotonic()
         if self.stopping.is_set():
             return
@@ -194,26 +235,26 @@ class Dispatcher:
             if t.busy or t.due > now:
                 continue
             t.busy = True
-            t.begin(self)
-            self.submit(t.step, lambda f, t=t: self._stepped(t, f), self)
+            t.begin(state)
+            self.submit(t.step, lambda f, t=t: self._stepped(t, f, state=state), io)
 
-    def _stepped(self, t: task.Task, future: concurrent.futures.Future[Any]) -> None:
+    def _stepped(self, t: task.Task[Any, Any], future: concurrent.futures.Future[Any], *, state: Any) -> None:
         try:
             ok = bool(future.result())
         except Exception as e:  # a bug in one step must not stop the loop
             log.error("report/reap step crashed", extra=logs.fields(job=t.name, error=repr(e)))
             ok = False
-        t.answered(self)
-        self.settle(t, ok=ok)
+        t.answered(state)
+        self.settle(t, ok=ok, state=state)
 
-    def settle(self, t: task.Task, *, ok: bool) -> None:
+    def settle(self, t: task.Task[Any, Any], *, ok: bool, state: Any) -> None:
         """A task's attempt is over: done, abandoned, or due again after its backoff."""
         if not t.settle(ok, now=time.monotonic()):
             return
         if ok:
-            t.done(self)
+            t.done(state)
         else:
-            t.abandoned(self)
+            t.abandoned(state)
         table: dict[str, Any] = getattr(self, t.TABLE)
         if table.get(t.name) is t:
             del table[t.name]

@@ -11,7 +11,11 @@
 
 A stage's I/O runs on the worker pool and its answer comes back to the loop
 through the inbox; only the loop changes the state (`app.Dispatcher`: the
-ledger, the task tables, the one token record). The retried steps (checks,
-reports, reaps) are `task.Task`s: each kind a small class with its own
-`step` (on the pool) and `done` (on the loop).
+ledger, the task tables, the one token record). No stage is given the
+loop: each module names what it uses, an `IO` for the pool (clients and
+settings, frozen) and a `State` for the loop (the parts of the state it
+changes), and `dispatcher.app` builds them once and draws the flow. The
+retried steps (checks, reports, reaps) are `task.Task`s: each kind a small
+class with its own `step` (on the pool, given its `IO`) and `done` (on the
+loop, given its `State`).
 """

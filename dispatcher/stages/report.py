@@ -12,11 +12,13 @@
   driver never ran); the Job is deleted by uid, and the backend offers the
   still-claimed run again after its lease.
 
-The token is the run's one record, `Dispatcher.tokens` (from the claim, or
-read back from the Job's Secret once, by a process that did not claim the
-run). The loop copies it onto the task before a step (`begin`); a token the
-step read from the Secret rides back on the task and the loop records it
-(`answered`): a worker never writes the record. A report is abandoned after `MAX_REPORT_ATTEMPTS`, with an error
+A report's step has its `IO` (the Kubernetes client, the backend, and the
+three settings it reads); its hooks on the loop have its `State` (the token
+record, and the ledger). The token is the run's one record (`State.tokens`:
+from the claim, or read back from the Job's Secret once, by a process that
+did not claim the run). The loop copies it onto the task before a step
+(`begin`); a token the step read from the Secret rides back on the task and
+the loop records it (`answered`): a worker never writes the record. A report is abandoned after `MAX_REPORT_ATTEMPTS`, with an error
 line; a Stuck or Orphan whose delete never went through is then judged
 again by the next start check.
 """
@@ -25,14 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from dispatcher import backend, jobspec, logs, reporter
+from dispatcher import backend, jobspec, ledger, logs, reporter
 from dispatcher.stages import task
 from toolkit import kube, paths
-
-if TYPE_CHECKING:
-    from dispatcher.app import Dispatcher
 
 log = logging.getLogger("dispatcher")
 
@@ -40,8 +39,27 @@ MAX_REPORT_ATTEMPTS = 30
 Obj = dict[str, Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class IO:
+    """What a report's step uses, on the pool."""
+
+    kube: kube.Client
+    backend: backend.Backend
+    namespace: str  # of the driver Jobs and their Secrets
+    log_tail_lines: int  # of the dead driver's log, in the report
+    start_deadline: float  # said in a stuck driver's report
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    """What a report changes, on the loop."""
+
+    tokens: dict[str, str]  # the one record of each run's token
+    ledger: ledger.Ledger  # a Job whose delete never went through is judged again (`DeletesJob`)
+
+
 @dataclasses.dataclass(eq=False)
-class Report(task.Task):
+class Report(task.Task[IO, State]):
     """A report to send with the run's token."""
 
     body: Obj | None = None
@@ -55,47 +73,47 @@ class Report(task.Task):
     def _fields(self) -> dict[str, str]:
         return {"job": self.name, "job_id": self.job_id}
 
-    def begin(self, d: Dispatcher) -> None:
-        self.token = self.token or d.tokens.get(self.name)
+    def begin(self, state: State) -> None:
+        self.token = self.token or state.tokens.get(self.name)
 
-    def answered(self, d: Dispatcher) -> None:
+    def answered(self, state: State) -> None:
         # Kept on the run's record: a Stuck report's Secret goes with its Job before the send.
         if self.token:
-            d.tokens[self.name] = self.token
+            state.tokens[self.name] = self.token
 
-    def _token(self, d: Dispatcher) -> str | None:
+    def _token(self, io: IO) -> str | None:
         if self.token:
             return self.token
         try:
-            secret = d.kube.get(paths.SECRET, name=self.name, namespace=d.config.namespace)
+            secret = io.kube.get(paths.SECRET, name=self.name, namespace=io.namespace)
         except kube.NotFound:
             return None
         self.token = reporter.token_from_secret(secret) or None
         return self.token
 
-    def _gather(self, d: Dispatcher) -> Obj:
-        return reporter.gather(d.kube, namespace=d.config.namespace, kind=self.kind, job_name=self.name, job=self.job,
-                               tail_lines=d.config.log_tail_lines, start_deadline=d.config.driver_start_deadline)
+    def _gather(self, io: IO) -> Obj:
+        return reporter.gather(io.kube, namespace=io.namespace, kind=self.kind, job_name=self.name, job=self.job,
+                               tail_lines=io.log_tail_lines, start_deadline=io.start_deadline)
 
-    def prepare(self, d: Dispatcher, token: str | None) -> bool:
+    def prepare(self, io: IO, token: str | None) -> bool:
         """Read what the body needs (once); False to try again later."""
         if self.body is None and token is not None:
-            self.body = self._gather(d)
+            self.body = self._gather(io)
         return True
 
-    def step(self, d: Dispatcher) -> bool:
+    def step(self, io: IO) -> bool:
         try:
-            token = self._token(d)
+            token = self._token(io)
         except kube.ApiError as e:
             log.warning("cannot read the job token yet", extra=logs.fields(**self._fields(), error=str(e)))
             return False
-        if not self.prepare(d, token):
+        if not self.prepare(io, token):
             return False
         if token is None:
             log.error("no token for the run (its Secret is gone): death not reported", extra=logs.fields(**self._fields()))
             return True
         assert self.body is not None
-        answer = d.backend.report(job_id=self.job_id, token=token, body=self.body)
+        answer = io.backend.report(job_id=self.job_id, token=token, body=self.body)
         outcome = answer.outcome
         error = self.body.get("error") or {}
         extra = logs.fields(**self._fields(), cause=self.kind, outcome=outcome.value, http_status=answer.status,
@@ -113,7 +131,7 @@ class Report(task.Task):
                      extra=extra)
         return True
 
-    def abandoned(self, d: Dispatcher) -> None:
+    def abandoned(self, state: State) -> None:
         log.error("death report abandoned: the backend never took it",
                   extra=logs.fields(**self._fields(), attempts=self.attempts, kind=self.kind))
 
@@ -135,12 +153,12 @@ class DeletesJob(Report):
 
     job_deleted: bool = False
 
-    def delete_job(self, d: Dispatcher, *, uid: str, why: str) -> bool:
+    def delete_job(self, io: IO, *, uid: str, why: str) -> bool:
         """Delete the Job (only the one with `uid`, if given); False (logged) to try again later.
         A 409 means that Job is gone already (another of its name stands): done too."""
         if not self.job_deleted:
             try:
-                d.kube.delete(paths.JOB, name=self.name, namespace=d.config.namespace,
+                io.kube.delete(paths.JOB, name=self.name, namespace=io.namespace,
                               body=jobspec.deletion(uid=uid), missing_ok=True)
             except kube.ApiError as e:
                 if not (uid and e.status == 409):
@@ -149,10 +167,10 @@ class DeletesJob(Report):
             self.job_deleted = True
         return True
 
-    def abandoned(self, d: Dispatcher) -> None:
-        super().abandoned(d)
+    def abandoned(self, state: State) -> None:
+        super().abandoned(state)
         if not self.job_deleted:
-            d.ledger.unexpire(self.name)  # the next start check tries the delete again
+            state.ledger.unexpire(self.name)  # the next start check tries the delete again
 
 
 @dataclasses.dataclass(eq=False)
@@ -161,11 +179,11 @@ class Stuck(DeletesJob):
 
     kind: ClassVar[str] = "stuck"
 
-    def prepare(self, d: Dispatcher, token: str | None) -> bool:
+    def prepare(self, io: IO, token: str | None) -> bool:
         if self.body is None:  # read even without a token: the log line says why it never started
-            self.body = self._gather(d)
+            self.body = self._gather(io)
         # The token and the report's detail are read first: the Secret and the pod go with the Job.
-        return self.delete_job(d, uid="", why="the job of a driver that never started")
+        return self.delete_job(io, uid="", why="the job of a driver that never started")
 
 
 @dataclasses.dataclass(eq=False)
@@ -189,5 +207,5 @@ class Orphan(DeletesJob):
 
     kind: ClassVar[str] = "orphan"
 
-    def step(self, d: Dispatcher) -> bool:
-        return self.delete_job(d, uid=self.uid, why="a driver job without its token")
+    def step(self, io: IO) -> bool:
+        return self.delete_job(io, uid=self.uid, why="a driver job without its token")

@@ -4,22 +4,33 @@ The loop owns a task: it marks it busy, copies in what the step needs
 from the state (`begin`), submits `step` to the pool, takes back what the
 step found (`answered`), and settles it with the answer (`settle`): done,
 abandoned after `max_attempts`, or due again after a jittered backoff
-(never sooner than the backend's Retry-After). `begin`, `answered`, `done`
-and `abandoned` run on the loop, where the state may change; `step` reads
-and writes only its own task's fields. Each kind of task is a subclass; which table holds it
-(`TABLE`) is part of its type, so the loop never tells tables apart by
-identity.
+(never sooner than the backend's Retry-After). Each kind of task is a
+subclass; which table holds it (`TABLE`) is part of its type, so the loop
+never tells tables apart by identity.
+
+A task is given only what its stage uses, in two parts, each a small frozen
+dataclass of its stage (`report.IO` and `report.State`, `check.IO` and
+`check.State`): `step` runs on the pool and gets the `IO`, the clients and
+settings it reads and writes through, never the state; `begin`,
+`answered`, `done` and `abandoned` run on the loop and get the `State`, the
+parts of the loop's state the task may change.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, Generic, TypeVar
 
 from toolkit import backoff
 
-if TYPE_CHECKING:
-    from dispatcher.app import Dispatcher
+IOT = TypeVar("IOT")
+StateT = TypeVar("StateT")
+# The loop's `submit(fn, callback, *args)`: `fn(*args)` runs on the pool, `callback(future)` on the loop with its
+# answer. A stage that sends work to the pool is given this, not the loop.
+Submit = Callable[..., None]
+Callback = Callable[[concurrent.futures.Future[Any]], None]
 
 RETRY_BASE, RETRY_CAP = 0.5, 60.0  # seconds: a task's backoff between attempts
 
@@ -29,7 +40,7 @@ def _backoff() -> backoff.Backoff:
 
 
 @dataclasses.dataclass(eq=False)
-class Task:
+class Task(Generic[IOT, StateT]):
     name: str  # the driver Job's
     job_id: str
     due: float = 0.0
@@ -41,21 +52,21 @@ class Task:
     TABLE: ClassVar[str] = ""  # "reports", "checks" or "reaps": the loop's table that holds it
     max_attempts: ClassVar[int | None] = None  # None: tried until done
 
-    def begin(self, d: Dispatcher) -> None:
+    def begin(self, state: StateT) -> None:
         """On the loop, just before `step` goes to the pool: copy onto the task what it needs of the state."""
 
-    def step(self, d: Dispatcher) -> bool:
-        """The I/O, on the pool: True when nothing is left to do. It reads the settings and the clients
-        of `d`, never its state."""
+    def step(self, io: IOT) -> bool:
+        """The I/O, on the pool: True when nothing is left to do. It has the clients and the settings,
+        never the state."""
         raise NotImplementedError
 
-    def answered(self, d: Dispatcher) -> None:
+    def answered(self, state: StateT) -> None:
         """On the loop, after every `step` (done or not): hand back to the state what the step found."""
 
-    def done(self, d: Dispatcher) -> None:
+    def done(self, state: StateT) -> None:
         """On the loop, once `step` answered True."""
 
-    def abandoned(self, d: Dispatcher) -> None:
+    def abandoned(self, state: StateT) -> None:
         """On the loop, once the last of `max_attempts` failed."""
 
     def settle(self, ok: bool, *, now: float) -> bool:

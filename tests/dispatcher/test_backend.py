@@ -58,7 +58,7 @@ def test_the_loop_waits_out_a_claims_retry_after(ref: proc.Backend) -> None:
         ref.fault(status=429, on="next", retry_after="7")
         d.synced = True
         before = time.monotonic()
-        d.claims.tick(d)
+        d.claims.tick(in_hand=d.in_hand)
         d._drain(timeout=10)  # the claim runs on the pool; its answer comes back through the inbox
         assert d.claims.next >= before + 7, "claimed again before the backend's Retry-After"
         assert d.in_hand == 0 and d.ledger.unfinished() == 0
@@ -69,9 +69,9 @@ def test_the_loop_waits_out_a_claims_retry_after(ref: proc.Backend) -> None:
 def report_once(d: app.Dispatcher, pending: report.Report) -> None:
     """One step of PENDING as the loop runs it: begin on the loop's thread, step, then settle."""
     future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    pending.begin(d)
-    future.set_result(pending.step(d))
-    d._stepped(pending, future)
+    pending.begin(d.report_state)
+    future.set_result(pending.step(d.report_io))
+    d._stepped(pending, future, state=d.report_state)
 
 
 def test_the_loop_waits_out_a_reports_retry_after(ref: proc.Backend) -> None:

@@ -62,9 +62,11 @@ def drive(d: app.Dispatcher, until: Callable[[], bool], *, timeout: float = 20.0
     assert not loop.is_alive()
 
 
-def dispatcher(ref: proc.Backend, fake: fakekube.FakeClient, **extra: str) -> tuple[app.Dispatcher, backend.Backend]:
+def dispatcher(ref: proc.Backend, fake: fakekube.FakeClient, *, tokens: dict[str, str] | None = None,
+               **extra: str) -> tuple[app.Dispatcher, backend.Backend]:
     api = backend.Backend(url=ref.url, service_token=ref.token, timeout=5)
-    return app.Dispatcher(config_for(ref, **extra), client=fake, api=api), api  # type: ignore[arg-type]
+    made = app.Dispatcher(config_for(ref, **extra), client=fake, api=api, tokens=tokens)  # type: ignore[arg-type]
+    return made, api
 
 
 def calls(fake: fakekube.FakeClient, method: str, plural: str) -> int:
@@ -251,8 +253,8 @@ def test_a_token_read_back_from_its_secret_is_recorded_by_the_loop_not_by_a_work
     made = fake.put(paths.JOB, jobspec.job(claim, config_for(ref)), namespace=NS)
     name = made["metadata"]["name"]
     fake.put(paths.SECRET, jobspec.secret(claim, config_for(ref), job_uid=made["metadata"]["uid"]), namespace=NS)
-    d, api = dispatcher(ref, fake)
-    d.tokens = WritesSeen()
+    tokens = WritesSeen()
+    d, api = dispatcher(ref, fake, tokens=tokens)
     loop_threads: list[str] = []
     run_loop = d.run
     d.run = lambda **kw: loop_threads.append(threading.current_thread().name) or run_loop(**kw)  # type: ignore[method-assign]
@@ -266,7 +268,7 @@ def test_a_token_read_back_from_its_secret_is_recorded_by_the_loop_not_by_a_work
     finally:
         api.close()
     assert len(ref.get(run["id"])["reports"]) == 1, "reported with the token read back from the Secret"
-    assert d.tokens.writers == set(loop_threads), f"written from {sorted(d.tokens.writers)}"
+    assert tokens.writers == set(loop_threads), f"written from {sorted(tokens.writers)}"
 
 
 def test_the_loop_keeps_its_heartbeat_fresh_touching_it_about_once_a_second_and_the_probe_passes(
