@@ -3,7 +3,7 @@
 The controller owns its command line: the options are built here from the
 settings table (`controller.settings`), so the toolkit's CLI never imports
 the controller. `toolkit controller` reaches this command through the entry
-point group `dispatch_k8s.toolkit_commands` (pyproject.toml), the way any
+point group `dispatch_k8s.toolkit_commands` (dev/pyproject.toml), the way any
 package contributes a `toolkit` subcommand; `python -m controller` (the
 container's entry point) runs it directly.
 

@@ -2,7 +2,7 @@
 
 The local cluster is a developer's tool beside the product, and the product
 never imports it: this group reaches `toolkit` through the entry point group
-`dispatch_k8s.toolkit_commands` (pyproject.toml), which the toolkit's click
+`dispatch_k8s.toolkit_commands` (dev/pyproject.toml), which the toolkit's click
 group loads by name when `toolkit cluster` is invoked.
 
 Thin: each command calls one function and prints; a refusal is one line

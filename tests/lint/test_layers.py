@@ -55,7 +55,8 @@ LAYERS: dict[str, Layer] = {
                            "toolkit.prologue", "toolkit.formats"),
                   below=(), third_party=None),
     # The identity domain, pure: no Kubernetes client, no I/O beyond reading the files it is given.
-    "domain": Layer(modules=("toolkit.raising", "toolkit.history", "toolkit.history.*", "toolkit.causes",
+    "domain": Layer(modules=("toolkit.raising", "toolkit.derive", "toolkit.history", "toolkit.history.*",
+                             "toolkit.causes",
                              "toolkit.flagmark", "toolkit.render", "toolkit.runtime_check", "toolkit.request",
                              "toolkit.wrap", "toolkit.yamlio", "toolkit.releaseinfo"),
                     below=("core",)),
