@@ -93,9 +93,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from toolkit import adapter, admission_checks, detect, kube, marks, paths, raising
+from toolkit import adapter, admission_checks, derive, detect, kube, marks, paths, raising
 
 Obj = dict[str, Any]
 
@@ -182,6 +183,7 @@ def reconcile_workload(
     ours: set[str],
     on_conflict: Any = None,
     seen: Obj | None = None,
+    counter_namespace: str = "dispatch-system",
 ) -> Outcome:
     """One pass over one Workload. `seen` is the informer's copy that queued it (None: read it
     now). The copy only says whether to look: nothing it says is trusted for a write (see
@@ -206,13 +208,21 @@ def reconcile_workload(
             return Outcome("skipped")  # its job is gone; Kueue deletes the Workload
         if not marks.owned_by(workload, current):
             return Outcome("skipped")  # a deleted predecessor's of the same name: gone with it
+    refused = derive.refusal(current) if current is not None else None
+    if refused is not None:
+        # Made in a namespace that opts in, but the admission policy could not wrap it: never approved
+        # untouched (its trainer would run without an identity), refused with the policy's reason.
+        log.warning("not wrapped at creation, check Rejected: %s", refused, extra={"workload": f"{namespace}/{name}"})
+        return _set(client, workload, checks=checks, state="Rejected", message=refused, action="rejected",
+                    ours=ours if cached else None)
     if current is None or trainjob is None or not marks.is_ours(current):
         return _set(client, workload, checks=checks, state="Ready", message=UNTOUCHED, action="untouched",
                     ours=ours if cached else None)
     try:
         adapter.check_runtime(client, trainjob=current)
+        give = _identity(client, current, counter_namespace=counter_namespace)
     except adapter.AdapterError as exc:
-        log.warning("runtime refused, check Rejected: %s", exc, extra={"workload": f"{namespace}/{name}"})
+        log.warning("refused, check Rejected: %s", exc, extra={"workload": f"{namespace}/{name}"})
         return _set(client, workload, checks=checks, state="Rejected", message=str(exc), action="rejected",
                     ours=ours if cached else None)
     def already(tj: Obj) -> int | None:
@@ -227,6 +237,7 @@ def reconcile_workload(
             skip_if=already,
             on_conflict=on_conflict,
             first=current,
+            give=give,
         )
     except adapter.AdapterError as exc:
         # Not suspended (or gone): never approve without the raise.
@@ -270,6 +281,22 @@ def reconcile_workload(
     # The Workload moved on in a way this raise cannot vouch for: the next pass decides from a
     # fresh read (and raises again if it must).
     return Outcome("stale", raised.admission, raised.conflicts, raised.written)
+
+
+def _identity(client: kube.Client, trainjob: Obj, *, counter_namespace: str) -> Callable[[Obj], Obj] | None:
+    """For a TrainJob the admission policy wrapped and nothing has given an identity yet: claim its
+    namespace's next G now, and answer what writes it with the raise (`toolkit.derive`). A read
+    that finds an identity already given (a concurrent pass's) keeps that one: a G once written
+    never changes."""
+    if not derive.needs_identity(trainjob):
+        return None
+    namespace = trainjob["metadata"]["namespace"]
+    generation = adapter.claim_generation(client, counter_namespace=counter_namespace, namespace=namespace)
+
+    def give(tj: Obj) -> Obj:
+        return derive.with_identity(tj, generation=generation) if derive.needs_identity(tj) else tj
+
+    return give
 
 
 def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], ours: set[str], trainjob: str,

@@ -177,7 +177,7 @@ class Controller:
             seen = None if self._read_fresh.pop(key, None) else obj
             outcome = admission.reconcile_workload(
                 self.client, namespace=namespace, name=name, ours=ours, on_conflict=self.metrics.conflicts.inc,
-                seen=seen,
+                seen=seen, counter_namespace=self.settings.lease_namespace,
             )
             if outcome.raised:
                 self.metrics.raises.inc()

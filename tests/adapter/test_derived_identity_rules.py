@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolkit import derive, identity, names, raising
+from toolkit import derive, history, identity, names, raising, wrap
 
 NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-"
 
@@ -105,3 +105,16 @@ def test_only_a_derived_trainjob_needs_one() -> None:
 def test_a_refusal_reads_as_one_bounded_line(value: str, message: str) -> None:
     assert derive.refusal({"metadata": {"annotations": {names.REFUSED_ANNOTATION: value}}}) == message
     assert derive.refusal(derived()) is None
+
+
+def test_the_history_reads_a_derived_trainjobs_epoch_through_its_pod_annotations() -> None:
+    # The policy's env names the prefixes by fieldRef; the history computes what the pods saw.
+    trainjob = derived()
+    trainjob["spec"]["trainer"] = {"env": wrap.dispatch_env(epoch_prefix="", token_prefix="")[:2] + [
+        {"name": names.ENV_EPOCH_PREFIX, "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.annotations['{names.EPOCH_PREFIX_ANNOTATION}']"}}},
+        {"name": names.ENV_TOKEN_PREFIX, "valueFrom": {"fieldRef": {
+            "fieldPath": f"metadata.annotations['{names.TOKEN_PREFIX_ANNOTATION}']"}}}]}
+    assert history.identity_of(trainjob, admission=1, restart=0) == (None, None)  # the prologue refuses then
+    given = derive.with_identity(trainjob, generation=4)
+    assert history.identity_of(given, admission=2, restart=1) == ("4000000000003", "team-a.mnist.4.0.0.2.1")

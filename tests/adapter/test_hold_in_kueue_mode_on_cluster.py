@@ -4,9 +4,9 @@ check to Pending; `adapter.release` sets it true, and the re-admission goes thro
 whose controller (a real process) raises A. Nothing here writes what Kueue, Trainer or JobSet
 write: every condition and state read back is theirs.
 
-The plane is this module's own (Trainer's, JobSet's and Kueue's webhooks change how every
-TrainJob and pod is admitted, which the session plane's suites must not see), with kwok's
-simulated node for the pods: the claim is about the Workload, the TrainJob and A, not about a
+The plane is the Kueue plane of tests/adapter (conftest.py: Trainer's, JobSet's and Kueue's
+webhooks change how every TrainJob and pod is admitted, which the session plane's suites must not
+see), with kwok's simulated node for the pods: the claim is about the Workload, the TrainJob and A, not about a
 container. The refusals (no Workload yet; the held execution still running) are tested on the
 session plane, where no Kueue runs, so that no Workload appears unless the test makes it.
 """
@@ -14,7 +14,6 @@ session plane, where no Kueue runs, so that no Workload appears unless the test 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,23 +29,6 @@ from toolkit import adapter, cli, kube, names, paths, raising
 pytestmark = pytest.mark.cluster
 
 WAIT_SECONDS = 90.0
-
-
-@pytest.fixture(scope="module")
-def kueue_stack() -> Iterator[stack_mod.Stack]:
-    """A plane of this module's own with Trainer, JobSet, Kueue and kwok, and one kwok node."""
-    plane = harness.ControlPlane()
-    plane.start()
-    try:
-        running = stack_mod.Stack(plane, kueue=True, kwok=True).start()
-        try:
-            with plane.api_client() as api:
-                running.add_node(api, "kwok-0")
-            yield running
-        finally:
-            running.stop()
-    finally:
-        plane.stop()
 
 
 def _conditions(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:

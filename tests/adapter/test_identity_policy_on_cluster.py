@@ -17,71 +17,31 @@ from typing import Any
 import pytest
 
 from devcluster import harness
-from tests import waiting
+from tests.adapter import policy
 from release import bundle
 from toolkit import kube, names, paths, raising, render, request, wrap
 
 pytestmark = pytest.mark.cluster
 
-POLICY = paths.Resource("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies",
-                        "MutatingAdmissionPolicy", False)
-BINDING = paths.Resource("admissionregistration.k8s.io", "v1", "mutatingadmissionpolicybindings",
-                         "MutatingAdmissionPolicyBinding", False)
-NAMESPACE = paths.Resource("", "v1", "namespaces", "Namespace", False)
 SDK_COMMAND = ["bash", "-c", "read -r -d '' SCRIPT << EOM\ndef train():\n    print('hi')\ntrain()\nEOM\n"
                "printf \"%s\" \"$SCRIPT\" > \"train.py\"\npython \"train.py\""]
 
 
-def policy_objects() -> list[dict[str, Any]]:
-    """The policy, its binding and its parameter from the controller's release manifest."""
-    docs = bundle.kustomize("controller", kubectl=bundle.default_kubectl())
-    wanted = {("ConfigMap", "dispatch-identity"), ("MutatingAdmissionPolicy", "dispatch-identity"),
-              ("MutatingAdmissionPolicyBinding", "dispatch-identity")}
-    found = [bundle.with_prologue(d) for d in docs if (d["kind"], d["metadata"]["name"]) in wanted]
-    assert len(found) == 3, [d["kind"] for d in found]
-    return found
-
-
 @pytest.fixture(scope="module")
 def admin(control_plane: harness.ControlPlane | harness.ExistingCluster) -> Iterator[kube.Client]:
-    with control_plane.api_client() as api:
-        client = kube.from_api_client(api)
-        if not any(ns["metadata"]["name"] == "dispatch-system" for ns in client.list(NAMESPACE)[0]):
-            harness.create_namespace(api, "dispatch-system")  # the controller's: other suites may have made it
-        objects = policy_objects()
-        by_kind = {d["kind"]: d for d in objects}
-        client.create(paths.CONFIG_MAP, {k: v for k, v in by_kind["ConfigMap"].items() if k not in ("apiVersion", "kind")},
-                      namespace="dispatch-system")
-        for res, kind in ((POLICY, "MutatingAdmissionPolicy"), (BINDING, "MutatingAdmissionPolicyBinding")):
-            client.create(res, {k: v for k, v in by_kind[kind].items() if k not in ("apiVersion", "kind")})
-        # The apiserver applies a new policy once its own informers have it: a dry-run create (which
-        # admission policies see as any create) says when.
-        harness.create_namespace(api, "dispatch-identity-probe", labels={
-            names.IDENTITY_NAMESPACE_LABEL: names.IDENTITY_NAMESPACE_VALUE})
-        probe = {"apiVersion": paths.TRAINJOB.api_version, "kind": "TrainJob",
-                 **trainjob("probe", trainer={"command": ["true"]})}
-        waiting.until("the policy in effect", lambda: names.DERIVED_ANNOTATION in (client.request(
-            "POST", paths.TRAINJOB.path(namespace="dispatch-identity-probe"), query={"dryRun": "All"},
-            body=probe)["metadata"].get("annotations") or {}), timeout=30)
-        try:
-            yield client
-        finally:
-            client.delete(BINDING, name="dispatch-identity")
-            client.delete(POLICY, name="dispatch-identity")
-            client.delete(paths.CONFIG_MAP, name="dispatch-identity", namespace="dispatch-system")
-            client.delete(NAMESPACE, name="dispatch-identity-probe")
+    with control_plane.api_client() as api, policy.installed(api) as client:
+        yield client
 
 
 @pytest.fixture
 def opted_in(control_plane: harness.ControlPlane | harness.ExistingCluster, admin: kube.Client) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     with control_plane.api_client() as api:
-        harness.create_namespace(api, name, labels={names.IDENTITY_NAMESPACE_LABEL: names.IDENTITY_NAMESPACE_VALUE,
-                                                    "dispatch.phpboyscout.uk/test": "true"})
+        harness.create_namespace(api, name, labels={**policy.OPTED_IN, "dispatch.phpboyscout.uk/test": "true"})
         try:
             yield name
         finally:
-            admin.delete(NAMESPACE, name=name)
+            admin.delete(policy.NAMESPACE, name=name)
 
 
 def trainjob(name: str, *, trainer: dict[str, Any] | None, queue: bool = True) -> dict[str, Any]:
@@ -158,21 +118,22 @@ def test_a_namespace_without_the_label_and_a_started_trainjob_see_nothing(admin:
 
 
 def test_without_its_parameter_nothing_is_created_unwrapped(admin: kube.Client, opted_in: str) -> None:
-    saved = admin.get(paths.CONFIG_MAP, name="dispatch-identity", namespace="dispatch-system")
-    admin.delete(paths.CONFIG_MAP, name="dispatch-identity", namespace="dispatch-system")
+    saved = admin.get(paths.CONFIG_MAP, name="dispatch-identity", namespace=policy.HOME)
+    admin.delete(paths.CONFIG_MAP, name="dispatch-identity", namespace=policy.HOME)
     try:
         with pytest.raises(kube.ApiError) as refused:
             create(admin, opted_in, trainjob("no-param", trainer={"command": ["python", "train.py"]}))
         assert "dispatch-identity" in str(refused.value)
     finally:
         admin.create(paths.CONFIG_MAP, {"metadata": {"name": "dispatch-identity"}, "data": saved["data"]},
-                     namespace="dispatch-system")
+                     namespace=policy.HOME)
 
 
 def test_the_unrendered_parameter_fails_closed() -> None:
     # The kustomize base's placeholder, run where the prologue would run: nothing of the command runs.
     (param,) = [d for d in bundle.kustomize("controller", kubectl=bundle.default_kubectl())
                 if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "dispatch-identity"]
+    assert param["data"]["prologue"] != policy.rendered()["ConfigMap"]["data"]["prologue"]
     done = subprocess.run(["/bin/sh", "-c", param["data"]["prologue"], "dispatch-prologue", "echo", "ran"],
                           capture_output=True, text=True, timeout=10)
     assert (done.returncode, done.stdout) == (125, "")

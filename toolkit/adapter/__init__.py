@@ -13,6 +13,8 @@ The parts, one job each (each module's docstring keeps its invariants):
   within the byte budget, and the refusal a user reads (`AdapterError`);
 - `raises`: the writes of A: `start` at A = 0, then `raise_admission`, the
   only write that changes A; the runtime check both rely on;
+- `generations`: the counter that gives a TrainJob made without a StartRequest
+  its generation (`toolkit.derive`);
 - `holds`: `open_`, `release` and `hold`, in plain mode and in Kueue mode;
 - `records`: what the adapter and the controller both record: the foreign
   flag, the JobSet UID and the execution history;
@@ -31,7 +33,7 @@ never this one.
 from __future__ import annotations
 
 from toolkit import flagmark
-from toolkit.adapter import adoption, holds, raises, records, reports, trainjobs
+from toolkit.adapter import adoption, generations, holds, raises, records, reports, trainjobs
 
 # Reading and writing a TrainJob; the refusals.
 COMPONENT = trainjobs.COMPONENT
@@ -47,6 +49,8 @@ raise_admission = raises.raise_admission
 Started = raises.Started
 check_runtime = raises.check_runtime
 start = raises.start
+# The generation counter of TrainJobs made without a StartRequest.
+claim_generation = generations.claim
 
 # Open, release, hold.
 is_kueue_mode = holds.is_kueue_mode

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from toolkit import kube, names, paths, raising, runtime_check
+from toolkit import derive, kube, names, paths, raising, runtime_check
 from toolkit.adapter import trainjobs
 
 Obj = dict[str, Any]
@@ -55,6 +55,7 @@ def raise_admission(
     skip_if: Callable[[Obj], int | None] | None = None,
     on_conflict: Callable[[], None] | None = None,
     first: Obj | None = None,
+    give: Callable[[Obj], Obj] | None = None,
 ) -> Raised:
     """Raise A on the TrainJob (`raising`) and return the A written.
 
@@ -63,6 +64,9 @@ def raise_admission(
     evaluated on every fresh read, like the raise itself. `record` is an
     (annotation, value) written with the raise, or a function of the
     TrainJob read that gives it (evaluated on every fresh read too).
+    `give(trainjob)` is what else the same update writes (a derived
+    TrainJob's identity, `toolkit.derive`), applied to every fresh read
+    before the raise.
     """
 
     def compute(trainjob: Obj) -> tuple[Obj | None, Raised]:
@@ -70,6 +74,11 @@ def raise_admission(
             found = skip_if(trainjob)
             if found is not None:
                 return None, Raised(found, 0, written=False, generation=trainjobs.generation(trainjob))
+        if give is not None:
+            try:
+                trainjob = give(trainjob)
+            except derive.DeriveError as exc:
+                raise trainjobs.AdapterError(str(exc)) from None
         try:
             mark = record(trainjob) if callable(record) else record
             new, admission = raising.raised(trainjob, unsuspend=unsuspend, record=mark)

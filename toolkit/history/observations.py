@@ -24,9 +24,10 @@ No I/O: standard library and the other pure modules only.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
-from toolkit import detect, identity, marks, names
+from toolkit import derive, detect, identity, marks, names
 from toolkit.history import stored
 
 Obj = dict[str, Any]
@@ -50,10 +51,21 @@ class Observation:
     unsuspend: tuple[str, int, str] | None = None  # the TrainJob's unsuspend as read (raising.unsuspend_seen)
 
 
+_POD_ANNOTATION = re.compile(r"metadata\.annotations\['([^']+)'\]")
+
+
 def _env_value(trainjob: Obj, key: str) -> str | None:
+    """The value the trainer container gets for KEY: written in the env (`toolkit start`), or
+    through the Downward API from an annotation our runtime patch gives the pods (a TrainJob the
+    admission policy wrapped, `toolkit.derive`)."""
     for var in ((trainjob.get("spec") or {}).get("trainer") or {}).get("env") or []:
-        if var.get("name") == key and "value" in var:
+        if not isinstance(var, dict) or var.get("name") != key:
+            continue
+        if "value" in var:
             return str(var["value"])
+        path = (((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath"))
+        found = _POD_ANNOTATION.fullmatch(path) if isinstance(path, str) else None
+        return derive.pod_annotation(trainjob, found.group(1)) if found else None
     return None
 
 
