@@ -223,7 +223,7 @@ build_trainer() {
 for base in busybox:1.35-static alpine:busybox-1.35-ash-musl-static debian:bookworm-minbase python:3.11-bookworm; do
   ensure "localhost/dispatch/sample-trainer:${base%%:*}" build_trainer \
     images/sample-trainer.Containerfile images/sample-trainer/train \
-    fence/dispatch_fence/__init__.py fence/dispatch_fence/__main__.py fence/dispatch_fence/checkpoint.py \
+    fence/dispatch_fence/{__init__,__main__,checkpoint,cli,model,posix,roots}.py \
     <(podman image inspect --format '{{.Id}}' "localhost/dispatch-base/$base")
 done
 
@@ -235,7 +235,7 @@ done
 # on this machine's architecture and unpacked here (the base has no pip),
 # and this machine's CA bundle (Debian's ca-certificates): obstore's HTTP
 # client loads the system's CA certificates before any request, TLS or not.
-fence_s3_files=(fence/dispatch_fence/{__init__,__main__,checkpoint,objectstore,s3}.py)
+fence_s3_files=(fence/dispatch_fence/{__init__,__main__,checkpoint,cli,client,model,objectstore,posix,roots,s3}.py)
 fence_s3_wheels() {
   grep -o 'obstore==[0-9.]*' fence/pyproject.toml
   grep -i '^typing[-_]extensions==' constraints.txt
