@@ -93,10 +93,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 from typing import Any
 
-from toolkit import adapter, admission_checks, derive, detect, kube, marks, paths, raising
+from toolkit import adapter, admission_checks, derive, detect, kube, marks, names, paths, raising
 
 Obj = dict[str, Any]
 
@@ -183,7 +182,7 @@ def reconcile_workload(
     ours: set[str],
     on_conflict: Any = None,
     seen: Obj | None = None,
-    counter_namespace: str = "dispatch-system",
+    counter_namespace: str = names.CONTROLLER_NAMESPACE,
 ) -> Outcome:
     """One pass over one Workload. `seen` is the informer's copy that queued it (None: read it
     now). The copy only says whether to look: nothing it says is trusted for a write (see
@@ -220,7 +219,7 @@ def reconcile_workload(
                     ours=ours if cached else None)
     try:
         adapter.check_runtime(client, trainjob=current)
-        give = _identity(client, current, counter_namespace=counter_namespace)
+        give = adapter.identity_giver(client, current, counter_namespace=counter_namespace)
     except adapter.AdapterError as exc:
         log.warning("refused, check Rejected: %s", exc, extra={"workload": f"{namespace}/{name}"})
         return _set(client, workload, checks=checks, state="Rejected", message=str(exc), action="rejected",
@@ -281,22 +280,6 @@ def reconcile_workload(
     # The Workload moved on in a way this raise cannot vouch for: the next pass decides from a
     # fresh read (and raises again if it must).
     return Outcome("stale", raised.admission, raised.conflicts, raised.written)
-
-
-def _identity(client: kube.Client, trainjob: Obj, *, counter_namespace: str) -> Callable[[Obj], Obj] | None:
-    """For a TrainJob the admission policy wrapped and nothing has given an identity yet: claim its
-    namespace's next G now, and answer what writes it with the raise (`toolkit.derive`). A read
-    that finds an identity already given (a concurrent pass's) keeps that one: a G once written
-    never changes."""
-    if not derive.needs_identity(trainjob):
-        return None
-    namespace = trainjob["metadata"]["namespace"]
-    generation = adapter.claim_generation(client, counter_namespace=counter_namespace, namespace=namespace)
-
-    def give(tj: Obj) -> Obj:
-        return derive.with_identity(tj, generation=generation) if derive.needs_identity(tj) else tj
-
-    return give
 
 
 def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], ours: set[str], trainjob: str,

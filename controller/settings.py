@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit import admission_checks, envtable, formats
+from toolkit import admission_checks, envtable, formats, names
 
 CONTROLLER_NAME = admission_checks.CONTROLLER_NAME
 ENV_PREFIX = "DISPATCH_CONTROLLER_"
@@ -76,7 +76,8 @@ TABLE: tuple[envtable.Setting, ...] = (
     _row("controller_name", NAME, "AdmissionCheck spec.controllerName to serve", default=CONTROLLER_NAME),
     _row("leader_elect", envtable.BOOLEAN, "Campaign for the Lease before acting", default=True),
     _row("lease_name", DNS_SUBDOMAIN, "Name of the Lease", default="dispatch-controller"),
-    _row("lease_namespace", envtable.DNS_LABEL, "Namespace of the Lease", default="dispatch-system"),
+    _row("lease_namespace", envtable.DNS_LABEL, "Namespace of the Lease, and of the generation counter of "
+         "TrainJobs made without a StartRequest: the controller's own", default=names.CONTROLLER_NAMESPACE),
     _row("lease_duration", envtable.whole(3, 3600), "Lease duration in seconds", default=15),
     _row("renew_deadline", _SECONDS, "Leader renew deadline in seconds: a leader whose last renewal started "
          "longer ago stops its work; less than the lease duration", shown="2/3 of the lease duration (10)"),

@@ -78,6 +78,8 @@ REFUSED_ANNOTATION = f"{DOMAIN}/refused"
 EPOCH_PREFIX_ANNOTATION = f"{DOMAIN}/epoch-prefix"
 TOKEN_PREFIX_ANNOTATION = f"{DOMAIN}/token-prefix"
 GENERATIONS_CONFIGMAP = "dispatch-generations"
+# Where the release installs the controller (its Lease and that counter live there).
+CONTROLLER_NAMESPACE = "dispatch-system"
 # Kueue's label naming the LocalQueue (kueue mode).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 

@@ -55,9 +55,15 @@ def installed(api: kubernetes.client.ApiClient) -> Iterator[kube.Client]:
         probe = {"apiVersion": paths.TRAINJOB.api_version, "kind": "TrainJob", "metadata": {"name": "probe"},
                  "spec": {"runtimeRef": {"name": "probe", "kind": "TrainingRuntime"},
                           "trainer": {"command": ["true"]}}}
-        waiting.until("the policy in effect", lambda: names.DERIVED_ANNOTATION in (client.request(
-            "POST", paths.TRAINJOB.path(namespace=PROBE), query={"dryRun": "All"},
-            body=probe)["metadata"].get("annotations") or {}), timeout=30)
+        def in_effect() -> bool:
+            try:
+                made = client.request("POST", paths.TRAINJOB.path(namespace=PROBE), query={"dryRun": "All"},
+                                      body=probe)
+            except kube.ApiError:  # a plane just up may not serve the TrainJob CRD yet
+                return False
+            return names.DERIVED_ANNOTATION in (made["metadata"].get("annotations") or {})
+
+        waiting.until("the policy in effect", in_effect, timeout=60)
         yield client
     finally:
         client.delete(BINDING, name="dispatch-identity", missing_ok=True)

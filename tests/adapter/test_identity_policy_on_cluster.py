@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from devcluster import harness
-from tests.adapter import policy
+from tests.adapter import kit, policy
 from release import bundle
-from toolkit import kube, names, paths, raising, render, request, wrap
+from toolkit import adapter, derive, kube, names, paths, raising, render, request, wrap
 
 pytestmark = pytest.mark.cluster
 
@@ -138,3 +138,27 @@ def test_the_unrendered_parameter_fails_closed() -> None:
                           capture_output=True, text=True, timeout=10)
     assert (done.returncode, done.stdout) == (125, "")
     assert done.stderr.startswith("dispatch: the prologue was not rendered") and done.stderr.count("\n") == 1
+
+
+def test_plain_mode_open_gives_it_its_identity_and_refuses_what_was_not_wrapped(admin: kube.Client,
+                                                                                opted_in: str) -> None:
+    kit.ensure_runtime(admin, opted_in)
+    runtime = {"name": kit.RUNTIME, "kind": "TrainingRuntime"}
+    made = create(admin, opted_in, {"metadata": {"name": "plain"}, "spec": {
+        "runtimeRef": runtime, "trainer": {"command": ["python", "train.py"]}}})
+    assert made["spec"]["suspend"] is True and derive.needs_identity(made)
+    raised = adapter.open_(admin, namespace=opted_in, name="plain", counter_namespace=opted_in)
+    opened = admin.get(paths.TRAINJOB, name="plain", namespace=opted_in)
+    assert raised.admission == 1 and opened["spec"]["suspend"] is False
+    assert opened["metadata"]["annotations"][names.JOB_ID_ANNOTATION] == f"{opted_in}.plain.1"
+    assert derive.pod_annotation(opened, names.EPOCH_PREFIX_ANNOTATION) == "1000000"
+    counter = admin.get(paths.CONFIG_MAP, name=names.GENERATIONS_CONFIGMAP, namespace=opted_in)
+    assert counter["data"] == {opted_in: "1"}
+
+    create(admin, opted_in, {"metadata": {"name": "tune"}, "spec": {
+        "runtimeRef": runtime, "trainer": {"command": ["tune", "run"]}}})
+    with pytest.raises(adapter.AdapterError) as refused:
+        adapter.open_(admin, namespace=opted_in, name="tune", counter_namespace=opted_in)
+    assert str(refused.value).startswith(
+        f"TrainJob {opted_in}/tune: not wrapped at creation: spec.trainer.command: [tune, run] selects")
+    assert admin.get(paths.TRAINJOB, name="tune", namespace=opted_in)["spec"]["suspend"] is True

@@ -51,6 +51,7 @@ check_runtime = raises.check_runtime
 start = raises.start
 # The generation counter of TrainJobs made without a StartRequest.
 claim_generation = generations.claim
+identity_giver = generations.giver
 
 # Open, release, hold.
 is_kueue_mode = holds.is_kueue_mode

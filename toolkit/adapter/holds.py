@@ -22,20 +22,28 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from toolkit import kube, marks, names, paths, raising
-from toolkit.adapter import raises, records, trainjobs
+from toolkit import derive, kube, marks, names, paths, raising
+from toolkit.adapter import generations, raises, records, trainjobs
 
 Obj = dict[str, Any]
 
 
-def _admit(client: kube.Client, *, namespace: str, name: str, trainjob: Obj) -> raises.Raised:
+def _admit(client: kube.Client, *, namespace: str, name: str, trainjob: Obj,
+           counter_namespace: str = names.CONTROLLER_NAMESPACE) -> raises.Raised:
     """Plain mode's admission: the runtime checked again, the JobSet UID
-    recorded (or its change flagged), then the raise that unsuspends."""
+    recorded (or its change flagged), then the raise that unsuspends (with
+    the identity of a TrainJob the admission policy wrapped, when it has
+    none yet: `generations.giver`). A TrainJob the policy could not wrap is
+    refused with the policy's reason."""
+    refused = derive.refusal(trainjob)
+    if refused is not None:
+        raise trainjobs.AdapterError(f"TrainJob {namespace}/{name}: {refused}")
     raises.check_runtime(client, trainjob=trainjob)
     reset = records.check_jobset(client, namespace=namespace, name=name,
                                  jobset=trainjobs.jobset_of(client, trainjob=trainjob))
+    give = generations.giver(client, trainjob, counter_namespace=counter_namespace)
     raised = raises.raise_admission(client, namespace=namespace, name=name, unsuspend=True,
-                                    first=None if reset else trainjob)
+                                    first=None if reset else trainjob, give=give)
     return dataclasses.replace(raised, jobset_reset=reset)
 
 
@@ -88,17 +96,19 @@ def _set_active(client: kube.Client, *, workload: Obj, active: bool) -> bool:
     return changed
 
 
-def open_(client: kube.Client, *, namespace: str, name: str) -> raises.Raised:
+def open_(client: kube.Client, *, namespace: str, name: str,
+          counter_namespace: str = names.CONTROLLER_NAMESPACE) -> raises.Raised:
     """Plain mode: raise A and unsuspend, in one preconditioned update (after
     the runtime check and the JobSet UID record, see `_admit`). Refused in
-    Kueue mode, where Kueue admits through our check."""
+    Kueue mode, where Kueue admits through our check. COUNTER_NAMESPACE holds
+    the generation counter (the controller's namespace, where it keeps it)."""
     trainjob = trainjobs.get_trainjob(client, namespace=namespace, name=name)
     if is_kueue_mode(trainjob):
         raise trainjobs.AdapterError(
             f"TrainJob {namespace}/{name} is in Kueue mode (label {names.KUEUE_QUEUE_LABEL}): Kueue admits it "
             "through the admission check, which raises A; open is plain mode's"
         )
-    return _admit(client, namespace=namespace, name=name, trainjob=trainjob)
+    return _admit(client, namespace=namespace, name=name, trainjob=trainjob, counter_namespace=counter_namespace)
 
 
 def live_pods(client: kube.Client, *, namespace: str, name: str) -> list[str]:
