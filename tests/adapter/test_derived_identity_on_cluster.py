@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from controller import admission
-from devcluster import harness, scenario as flow, stack as stack_mod
+from devcluster import scenario as flow, stack as stack_mod
 from tests.adapter import policy
-from tests.controller.conftest import ControllerProcess
+from tests.adapter.conftest import checked_queue
 from toolkit import adapter, derive, history, identity, names, paths, raising
 
 pytestmark = pytest.mark.cluster
@@ -50,68 +49,56 @@ def epoch_of(pod: dict[str, Any]) -> int:
 def test_an_sdk_trainjob_gets_an_identity_and_made_again_runs_above_it(kueue_stack: stack_mod.Stack) -> None:
     namespace = f"sdk-{uuid.uuid4().hex[:8]}"
     check = f"ac-{namespace}"
-    with kueue_stack.plane.api_client() as api, policy.installed(api):
-        harness.create_namespace(api, namespace, labels=policy.OPTED_IN)
-        flow.kueue_queues(api, suffix=namespace, namespace=namespace, check_controller=admission.CONTROLLER_NAME,
-                          flavor=stack_mod.KWOK_FLAVOR)
-        controller = ControllerProcess(kubeconfig=kueue_stack.plane.kubeconfig, namespace=namespace,
-                                       leader_elect=False, extra=[])
-        try:
-            controller.wait_ready()
-            sc = flow.Scenario(kueue_stack, api, namespace)
-            sc.create_runtime(flow.runtime("kueue", cpu="1"))
-            sc.name = "mnist"
-            client = sc.client
-            epochs = []
-            for generation in (1, 2):
-                made = client.create(paths.TRAINJOB, sdk_trainjob(sc.name, runtime="kueue",
-                                                                   command=["bash", "-c", "python train.py"]),
-                                     namespace=namespace)
-                assert derive.is_derived(made) and derive.needs_identity(made)
-                # Admitted through our check: its pods run with the A the check raised (1, or 2 when a
-                # pass found the Workload moved on and raised again: A only grows).
-                pods = sc.wait(f"the TrainJob made for the {generation}. time admitted through our check",
-                               lambda: (running := running_pods(sc)) and all(
-                                   p["metadata"]["annotations"].get(names.ADMISSION_ANNOTATION) == str(
-                                       raising.counts(sc.trainjob()).floor) for p in running) and running,
-                               timeout=WAIT_SECONDS)
-                tj = sc.trainjob()
-                a = raising.counts(tj).floor
-                assert a >= 1 and raising.counts(tj) == raising.Counts(patch=a, floor=a)
-                assert tj["metadata"]["annotations"][names.GENERATION_ANNOTATION] == str(generation)
-                assert tj["metadata"]["annotations"][names.JOB_ID_ANNOTATION] == f"{namespace}.mnist.{generation}"
-                assert check_entry(sc.workload(), check).get("message") == f"A raised to {a}"
-                for pod in pods:
-                    annotations = pod["metadata"]["annotations"]
-                    assert annotations[names.TOKEN_PREFIX_ANNOTATION] == f"{namespace}.mnist.{generation}.0.0"
-                    epochs.append(epoch_of(pod))
-                    # What the controller records for it is what the pod saw.
-                    assert history.identity_of(tj, admission=a, restart=0)[0] == str(epoch_of(pod))
-                counter = client.get(paths.CONFIG_MAP, name=names.GENERATIONS_CONFIGMAP, namespace=namespace)
-                assert counter["data"] == {namespace: str(generation)}
-                # A notebook run again: the TrainJob deleted and made again under its name.
-                client.delete(paths.TRAINJOB, name=sc.name, namespace=namespace,
-                              body={"propagationPolicy": "Foreground"})
-                sc.wait("the TrainJob and its pods gone", lambda: not sc.pods() and not any(
-                    t["metadata"]["name"] == sc.name for t in client.list(paths.TRAINJOB, namespace=namespace)[0]))
-            assert epochs[-1] > epochs[0] and min(e for e in epochs[1:]) > max(epochs[:1])
+    with kueue_stack.plane.api_client() as api, policy.installed(api), \
+            checked_queue(kueue_stack, api, namespace, labels=policy.OPTED_IN) as (sc, _):
+        sc.name = "mnist"
+        client = sc.client
+        epochs = []
+        for generation in (1, 2):
+            made = client.create(paths.TRAINJOB, sdk_trainjob(sc.name, runtime="kueue",
+                                                               command=["bash", "-c", "python train.py"]),
+                                 namespace=namespace)
+            assert derive.is_derived(made) and derive.needs_identity(made)
+            # Admitted through our check: its pods run with the A the check raised (1, or 2 when a
+            # pass found the Workload moved on and raised again: A only grows).
+            pods = sc.wait(f"the TrainJob made for the {generation}. time admitted through our check",
+                           lambda: (running := running_pods(sc)) and all(
+                               p["metadata"]["annotations"].get(names.ADMISSION_ANNOTATION) == str(
+                                   raising.counts(sc.trainjob()).floor) for p in running) and running,
+                           timeout=WAIT_SECONDS)
+            tj = sc.trainjob()
+            a = raising.counts(tj).floor
+            assert a >= 1 and raising.counts(tj) == raising.Counts(patch=a, floor=a)
+            assert tj["metadata"]["annotations"][names.GENERATION_ANNOTATION] == str(generation)
+            assert tj["metadata"]["annotations"][names.JOB_ID_ANNOTATION] == f"{namespace}.mnist.{generation}"
+            assert check_entry(sc.workload(), check).get("message") == f"A raised to {a}"
+            for pod in pods:
+                annotations = pod["metadata"]["annotations"]
+                assert annotations[names.TOKEN_PREFIX_ANNOTATION] == f"{namespace}.mnist.{generation}.0.0"
+                epochs.append(epoch_of(pod))
+                # What the controller records for it is what the pod saw.
+                assert history.identity_of(tj, admission=a, restart=0)[0] == str(epoch_of(pod))
+            counter = client.get(paths.CONFIG_MAP, name=names.GENERATIONS_CONFIGMAP, namespace=namespace)
+            assert counter["data"] == {namespace: str(generation)}
+            # A notebook run again: the TrainJob deleted and made again under its name.
+            client.delete(paths.TRAINJOB, name=sc.name, namespace=namespace,
+                          body={"propagationPolicy": "Foreground"})
+            sc.wait("the TrainJob and its pods gone", lambda: not sc.pods() and not any(
+                t["metadata"]["name"] == sc.name for t in client.list(paths.TRAINJOB, namespace=namespace)[0]))
+        assert epochs[-1] > epochs[0] and min(e for e in epochs[1:]) > max(epochs[:1])
 
-            # A TrainJob the policy could not wrap: Rejected by the check, with the policy's reason.
-            refused = client.create(paths.TRAINJOB, sdk_trainjob("tune", runtime="kueue", command=["tune", "run"]),
-                                    namespace=namespace)
-            sc.name = "tune"
-            # Kueue deactivates a Workload whose check is Rejected, quoting the check's message.
-            evicted = sc.wait("Kueue to deactivate it for our Rejected check", lambda: next((
-                c for w in adapter.workloads_of(client, trainjob=refused)
-                for c in (w.get("status") or {}).get("conditions") or []
-                if c["type"] == "Evicted" and c["status"] == "True"
-                and c["reason"] == "DeactivatedDueToAdmissionCheck"), None), timeout=WAIT_SECONDS)
-            reason = derive.refusal(refused)
-            assert reason is not None and reason.startswith(
-                "not wrapped at creation: spec.trainer.command: [tune, run]")
-            assert f'"{check}" ({reason})' in evicted["message"]
-            assert not sc.pods()
-        finally:
-            controller.stop()
-            errors = [line for line in controller.lines if line.get("level") == "error"]
-            assert not errors, controller.log_tail()
+        # A TrainJob the policy could not wrap: Rejected by the check, with the policy's reason.
+        refused = client.create(paths.TRAINJOB, sdk_trainjob("tune", runtime="kueue", command=["tune", "run"]),
+                                namespace=namespace)
+        sc.name = "tune"
+        # Kueue deactivates a Workload whose check is Rejected, quoting the check's message.
+        evicted = sc.wait("Kueue to deactivate it for our Rejected check", lambda: next((
+            c for w in adapter.workloads_of(client, trainjob=refused)
+            for c in (w.get("status") or {}).get("conditions") or []
+            if c["type"] == "Evicted" and c["status"] == "True"
+            and c["reason"] == "DeactivatedDueToAdmissionCheck"), None), timeout=WAIT_SECONDS)
+        reason = derive.refusal(refused)
+        assert reason is not None and reason.startswith(
+            "not wrapped at creation: spec.trainer.command: [tune, run]")
+        assert f'"{check}" ({reason})' in evicted["message"]
+        assert not sc.pods()

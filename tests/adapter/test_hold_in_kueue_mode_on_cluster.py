@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from controller import admission
-from devcluster import harness, objects, scenario as flow, stack as stack_mod
+from devcluster import objects, scenario as flow, stack as stack_mod
 from tests import waiting
 from tests.adapter import kit
-from tests.controller.conftest import ControllerProcess
+from tests.adapter.conftest import checked_queue
 from toolkit import adapter, cli, kube, names, paths, raising
 
 pytestmark = pytest.mark.cluster
@@ -67,60 +66,47 @@ def test_hold_deactivates_the_workload_and_release_readmits_it_through_the_check
         kueue_stack: stack_mod.Stack) -> None:
     namespace = f"hold-{uuid.uuid4().hex[:8]}"
     check = f"ac-{namespace}"
-    with kueue_stack.plane.api_client() as api:
-        harness.create_namespace(api, namespace)
-        flow.kueue_queues(api, suffix=namespace, namespace=namespace, check_controller=admission.CONTROLLER_NAME,
-                          flavor=stack_mod.KWOK_FLAVOR)
-        controller = ControllerProcess(kubeconfig=kueue_stack.plane.kubeconfig, namespace=namespace,
-                                       leader_elect=False, extra=[])
-        try:
-            controller.wait_ready()
-            sc = flow.Scenario(kueue_stack, api, namespace)
-            sc.create_runtime(flow.runtime("kueue", cpu="1"))
-            sc.start("kueue", queue="lq", env={"STAY": "1"})
-            client, name = sc.client, sc.name
+    with kueue_stack.plane.api_client() as api, checked_queue(kueue_stack, api, namespace) as (sc, _):
+        sc.start("kueue", queue="lq", env={"STAY": "1"})
+        client, name = sc.client, sc.name
 
-            # Admitted through our check: A = 1 on the Workload's check, the TrainJob and the pods.
-            wl = sc.wait("admission through our check with A 1", lambda: _admitted_with(sc, check, 1),
-                         timeout=WAIT_SECONDS)
-            workload = wl["metadata"]["name"]
-            assert raising.counts(sc.trainjob()) == raising.Counts(patch=1, floor=1)
+        # Admitted through our check: A = 1 on the Workload's check, the TrainJob and the pods.
+        wl = sc.wait("admission through our check with A 1", lambda: _admitted_with(sc, check, 1),
+                     timeout=WAIT_SECONDS)
+        workload = wl["metadata"]["name"]
+        assert raising.counts(sc.trainjob()) == raising.Counts(patch=1, floor=1)
 
-            # Hold: the Workload's spec.active false, nothing of the TrainJob written by us.
-            before = sc.trainjob()["metadata"]["resourceVersion"]
-            assert adapter.hold(client, namespace=namespace, name=name) is True
-            assert sc.workload()["spec"]["active"] is False
-            # Kueue evicts it as deactivated, resets our check and suspends the TrainJob.
-            evicted = sc.wait("Kueue to evict the deactivated Workload and suspend the TrainJob", lambda: (
-                (w := _workload(sc)) and _conditions(w).get("Evicted", {}).get("status") == "True"
-                and _conditions(w).get("QuotaReserved", {}).get("status") == "False"
-                and sc.trainjob()["spec"].get("suspend") is True and w))
-            condition = _conditions(evicted)["Evicted"]
-            assert condition["reason"] == "Deactivated", condition
-            assert _entry(evicted, check).get("state") == "Pending", evicted["status"]
-            held = sc.trainjob()
-            assert held["metadata"]["resourceVersion"] != before  # Kueue's suspend, not ours
-            assert raising.counts(held) == raising.Counts(patch=1, floor=1)  # A untouched by the hold
-            sc.wait("the held execution's pods to stop",
-                    lambda: not adapter.live_pods(client, namespace=namespace, name=name))
-            assert adapter.status(client, namespace=namespace, name=name).state == adapter.HELD
-            assert adapter.hold(client, namespace=namespace, name=name) is False  # already held
+        # Hold: the Workload's spec.active false, nothing of the TrainJob written by us.
+        before = sc.trainjob()["metadata"]["resourceVersion"]
+        assert adapter.hold(client, namespace=namespace, name=name) is True
+        assert sc.workload()["spec"]["active"] is False
+        # Kueue evicts it as deactivated, resets our check and suspends the TrainJob.
+        evicted = sc.wait("Kueue to evict the deactivated Workload and suspend the TrainJob", lambda: (
+            (w := _workload(sc)) and _conditions(w).get("Evicted", {}).get("status") == "True"
+            and _conditions(w).get("QuotaReserved", {}).get("status") == "False"
+            and sc.trainjob()["spec"].get("suspend") is True and w))
+        condition = _conditions(evicted)["Evicted"]
+        assert condition["reason"] == "Deactivated", condition
+        assert _entry(evicted, check).get("state") == "Pending", evicted["status"]
+        held = sc.trainjob()
+        assert held["metadata"]["resourceVersion"] != before  # Kueue's suspend, not ours
+        assert raising.counts(held) == raising.Counts(patch=1, floor=1)  # A untouched by the hold
+        sc.wait("the held execution's pods to stop",
+                lambda: not adapter.live_pods(client, namespace=namespace, name=name))
+        assert adapter.status(client, namespace=namespace, name=name).state == adapter.HELD
+        assert adapter.hold(client, namespace=namespace, name=name) is False  # already held
 
-            # Release: spec.active true and nothing else; the check raises A at the re-admission.
-            released = adapter.release(client, namespace=namespace, name=name)
-            assert (released.requeued, released.written, released.admission) == ((workload,), False, 1)
-            assert sc.workload()["spec"]["active"] is True
-            again = sc.wait("re-admission through our check with A 2", lambda: _admitted_with(sc, check, 2),
-                            timeout=WAIT_SECONDS)
-            assert again["metadata"]["uid"] == wl["metadata"]["uid"]  # the same Workload, admitted again
-            tj = sc.trainjob()
-            assert raising.counts(tj) == raising.Counts(patch=2, floor=2)
-            assert tj["metadata"]["annotations"][names.FLOOR_ANNOTATION] == "2"
-            assert adapter.status(client, namespace=namespace, name=name).state == "running"
-        finally:
-            controller.stop()
-            errors = [line for line in controller.lines if line.get("level") == "error"]
-            assert not errors, controller.log_tail()
+        # Release: spec.active true and nothing else; the check raises A at the re-admission.
+        released = adapter.release(client, namespace=namespace, name=name)
+        assert (released.requeued, released.written, released.admission) == ((workload,), False, 1)
+        assert sc.workload()["spec"]["active"] is True
+        again = sc.wait("re-admission through our check with A 2", lambda: _admitted_with(sc, check, 2),
+                        timeout=WAIT_SECONDS)
+        assert again["metadata"]["uid"] == wl["metadata"]["uid"]  # the same Workload, admitted again
+        tj = sc.trainjob()
+        assert raising.counts(tj) == raising.Counts(patch=2, floor=2)
+        assert tj["metadata"]["annotations"][names.FLOOR_ANNOTATION] == "2"
+        assert adapter.status(client, namespace=namespace, name=name).state == "running"
 
 
 # -- the refusals, on the session plane (no Kueue runs there) --------------------------------
