@@ -16,29 +16,7 @@ set -euo pipefail
 pins='kubeflow==0.5.0'
 constraints=$(cd "$(dirname "$0")" && pwd)/sdk-constraints.txt
 
-cache_root=${DISPATCH_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dispatch-k8s}
-python=$(command -v python3)
-version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-key="$pins $(sha256sum <"$constraints" | cut -c1-12)"
-dir=$cache_root/sdk-venv-$(printf '%s %s' "$key" "$version" | sha256sum | cut -c1-12)
-mkdir -p "$dir"
-exec 9>"$dir/.lock"
-flock 9
-if [[ -f $dir/.stamp && $(cat "$dir/.stamp") == "$key" ]]; then
-  echo "build-sdk-venv.sh: cached: $pins" >&2
-else
-  echo "build-sdk-venv.sh: installing $pins (python $version)" >&2
-  start=$(date +%s)
-  rm -rf "$dir/venv"
-  "$python" -m venv "$dir/venv"
-  # shellcheck disable=SC2086 # the pins are words
-  "$dir/venv/bin/pip" install -q -c "$constraints" $pins
-  unpinned=$(comm -23 <("$dir/venv/bin/pip" freeze | sort) <(grep -v '^#' "$constraints" | sort))
-  if [[ -n $unpinned ]]; then
-    echo "build-sdk-venv.sh: not pinned by $constraints: $unpinned" >&2
-    exit 1
-  fi
-  echo "$key" >"$dir/.stamp"
-  echo "build-sdk-venv.sh: installed in $(($(date +%s) - start))s ($(du -sh "$dir/venv" | cut -f1))" >&2
-fi
-echo "$dir/venv/bin/python"
+# shellcheck source=devcluster/cached-venv.sh
+. "$(dirname "$0")/cached-venv.sh"
+# shellcheck disable=SC2086 # the pins are words
+cached_venv sdk "$pins $(sha256sum <"$constraints" | cut -c1-12)" "$constraints" $pins
