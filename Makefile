@@ -28,11 +28,13 @@ images: venv
 
 # The release bundle (release/, docs/install.md): builds the controller, dispatcher, sidecar and
 # test-driver images, pushes them to REGISTRY (podman, as logged in there) and writes one install
-# manifest per part into OUT, every image as REGISTRY/dispatch/NAME:TAG@sha256:DIGEST.
+# manifest per part into OUT, every image as REGISTRY/dispatch/NAME:TAG@sha256:DIGEST, rendered
+# with the kubectl built with the control plane (the release finds none of its own).
 #   make release REGISTRY=HOST[:PORT][/PATH] [VERSION=0.1.0] [OUT=dist/release]
 OUT ?= dist/release
 release: release-registry venv images controlplane
-	$(PY) -m release --registry '$(REGISTRY)' --out '$(OUT)' $(if $(VERSION),--version '$(VERSION)')
+	kubectl=$$($(PY) -c 'from devcluster import local; print(local.kubectl())'); \
+	$(PY) -m release --registry '$(REGISTRY)' --kubectl "$$kubectl" --out '$(OUT)' $(if $(VERSION),--version '$(VERSION)')
 
 # Checked before anything is built.
 release-registry:

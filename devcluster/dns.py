@@ -29,7 +29,8 @@ from typing import Any
 import kubernetes.client
 import yaml
 
-from devcluster import harness, images, node, registry as registry_mod
+from devcluster import harness, node, registry as registry_mod
+from release import contexts
 
 HERE = pathlib.Path(__file__).resolve().parent
 VERSION = "1.15.0"  # build-controllers.sh's `services` table builds this release
@@ -57,12 +58,12 @@ def local_image(binary: pathlib.Path) -> str:
     """The podman image of BINARY (built once per binary: the tag carries its hash)."""
     digest = hashlib.sha256(binary.read_bytes()).hexdigest()[:12]
     tag = f"localhost/dispatch-base/coredns:{VERSION}-{digest}"
-    if images.podman("image", "exists", tag).returncode == 0:
+    if contexts.podman("image", "exists", tag).returncode == 0:
         return tag
     with tempfile.TemporaryDirectory(prefix="dispatch-coredns-") as context:
         shutil.copy(binary, pathlib.Path(context) / "coredns")
-        done = images.podman("build", "-q", "--isolation", "chroot", "-f", str(HERE / "coredns.Containerfile"),
-                              "-t", tag, context, timeout=300)
+        done = contexts.podman("build", "-q", "--isolation", "chroot", "-f", str(HERE / "coredns.Containerfile"),
+                                "-t", tag, context, timeout=300)
     if done.returncode != 0:
         raise harness.HarnessError(f"podman build of the CoreDNS image exited {done.returncode}: "
                                    f"{done.stderr.strip()[-500:]}")

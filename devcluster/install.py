@@ -37,8 +37,8 @@ from typing import Any
 
 import kubernetes.client
 
-from devcluster import harness, images as contexts
-from release import bundle, images, version as versioning
+from devcluster import harness
+from release import bundle, contexts, images, version as versioning
 
 NAMESPACE = "dispatch-system"
 LEASE = "dispatch-controller"
@@ -62,7 +62,7 @@ class Installed:
 # The label that says what an image of ours was built from (inputs_hash): a build of a tree with
 # uncommitted changes carries the same tag as the next edit's, so the tag alone does not say it.
 INPUTS_LABEL = "dispatch.inputs"
-# What the images' build contexts are made of (devcluster/images.py), hashed by inputs_hash.
+# What the images' build contexts are made of (release/contexts.py), hashed by inputs_hash.
 SOURCES = ("controller", "dispatcher", "sidecar", "toolkit", "images", "constraints.txt")
 
 

@@ -98,6 +98,12 @@ class Status:
     pods: list[str] = dataclasses.field(default_factory=list)  # our controller's pods (install.controller_pods)
 
 
+def kubectl() -> pathlib.Path:
+    """The kubectl built beside the control plane (build-controlplane.sh, a no-op when cached;
+    KUBEBUILDER_ASSETS wins): the one whose kustomize renders the release (`make release`, the tests)."""
+    return harness.binary(KUBECTL, harness.build_binaries())
+
+
 def services_bin() -> pathlib.Path:
     """Run build-controllers.sh for the cluster's services (CoreDNS, the registry); their bin dir."""
     return stack_mod.build_binaries("services")

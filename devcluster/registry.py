@@ -37,7 +37,8 @@ import urllib.request
 
 import yaml
 
-from devcluster import harness, images, node
+from devcluster import harness, node
+from release import contexts
 
 DEFAULT_NAME = "registry.dispatch.test"
 USER = "dispatch"
@@ -240,9 +241,9 @@ class Registry:
             raise RegistryError(f"tag {tag!r} is not a valid OCI tag ([A-Za-z0-9_][A-Za-z0-9_.-], at most 128)")
         digestfile = self.dir / f"push-{secrets.token_hex(6)}.digest"
         try:
-            done = images.podman("push", "--quiet", "--authfile", str(self.authfile), "--cert-dir", str(self.cert_dir),
-                                  "--digestfile", str(digestfile), local_image,
-                                  f"docker://{self.endpoint}/{repository}:{tag}", timeout=PUSH_TIMEOUT_SECONDS)
+            done = contexts.podman("push", "--quiet", "--authfile", str(self.authfile), "--cert-dir", str(self.cert_dir),
+                                    "--digestfile", str(digestfile), local_image,
+                                    f"docker://{self.endpoint}/{repository}:{tag}", timeout=PUSH_TIMEOUT_SECONDS)
             if done.returncode != 0:
                 raise RegistryError(f"podman push {local_image} to {self.name}/{repository}:{tag} exited "
                                     f"{done.returncode}: {done.stderr.strip()[-400:]}")

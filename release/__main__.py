@@ -1,12 +1,14 @@
-"""`python -m release --registry R [--version V] [--out DIR]` (what `make release` runs): build the
-images, push them to R with podman (as logged in: `podman login R`, or --authfile), and write the
-bundle into DIR (release.bundle). It also records the release's image references in
-toolkit/data/release.json (not committed), so that this checkout's toolkit, and a wheel built from
-it, default to the release's sidecar. Exit 2 on bad input, one line."""
+"""`python -m release --registry R --kubectl K [--version V] [--out DIR]` (what `make release` runs):
+build the images, push them to R with podman (as logged in: `podman login R`, or --authfile), and
+write the bundle into DIR (release.bundle), rendered with K's `kustomize` (`make release` passes the
+kubectl built with the local control plane, devcluster/build-controlplane.sh). It also records the
+release's image references in toolkit/data/release.json (not committed), so that this checkout's
+toolkit, and a wheel built from it, default to the release's sidecar. Exit 2 on bad input, one line."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import shutil
 import sys
@@ -20,17 +22,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", default=None, help="the release's version (default: derived, release.version)")
     parser.add_argument("--out", default="dist/release", type=pathlib.Path, help="output directory")
     parser.add_argument("--authfile", default=None, help="podman's auth file for the registry")
+    parser.add_argument("--kubectl", default=None, type=pathlib.Path,
+                        help="the kubectl whose kustomize renders the manifests (required; make release passes "
+                             "the one built with the local control plane)")
     args = parser.parse_args(argv)
     try:
         bundle.check_registry(args.registry)
         if args.version is not None:
             version.oci_tag(args.version)
+        if args.kubectl is None:
+            raise bundle.ReleaseError("--kubectl is required: the kubectl whose kustomize renders the manifests")
+        if not (args.kubectl.is_file() and os.access(args.kubectl, os.X_OK)):
+            raise bundle.ReleaseError(f"--kubectl {args.kubectl}: not an executable file")
     except (bundle.ReleaseError, version.VersionError) as exc:
         print(f"release: {exc}", file=sys.stderr)
         return 2
     push = images.podman_push(f"docker://{args.registry}/{{name}}:{{tag}}", authfile=args.authfile)
     try:
-        made = bundle.build_release(registry=args.registry, version=args.version, out_dir=args.out, push=push)
+        made = bundle.build_release(registry=args.registry, version=args.version, out_dir=args.out, push=push,
+                                    kubectl=args.kubectl)
     except (bundle.ReleaseError, version.VersionError) as exc:
         print(f"release: {exc}", file=sys.stderr)
         return 2

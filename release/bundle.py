@@ -1,6 +1,6 @@
 """The release bundle: one install manifest per part, every image pinned by digest.
 
-    build_release(registry=R, version=V, out_dir=D, push=P)
+    build_release(registry=R, version=V, out_dir=D, push=P, kubectl=K)
 
 builds the images (release.images), hands each to PUSH, which pushes it wherever it must go and
 answers the manifest digest it was pushed under, and writes into OUT_DIR:
@@ -14,12 +14,13 @@ answers the manifest digest it was pushed under, and writes into OUT_DIR:
     release.json       version, tag, revision, created, registry, and each image's reference
     SHA256SUMS         the sha256 of each file above (`sha256sum -c` in OUT_DIR)
 
-Each manifest is `kubectl kustomize` of its part under deployments/k8s/base, with every string that
-is exactly a source reference (`dispatch/NAME:unreleased`, in an image field or an env value alike)
-replaced by REGISTRY/dispatch/NAME:TAG@sha256:DIGEST, and `app.kubernetes.io/version: TAG` on every
-object. The references are always written with REGISTRY, whatever PUSH pushed to (a local cluster
-pushes to its own endpoint for the name its nodes resolve to REGISTRY). A source reference left
-over, or a reference to an image the release does not build, fails the release.
+Each manifest is `K kustomize` of its part under deployments/k8s/base (K the kubectl the caller
+names; the release finds none of its own), with every string that is exactly a source reference
+(`dispatch/NAME:unreleased`, in an image field or an env value alike) replaced by
+REGISTRY/dispatch/NAME:TAG@sha256:DIGEST, and `app.kubernetes.io/version: TAG` on every object.
+The references are always written with REGISTRY, whatever PUSH pushed to (a local cluster pushes
+to its own endpoint for the name its nodes resolve to REGISTRY). A source reference left over, or
+a reference to an image the release does not build, fails the release.
 """
 
 from __future__ import annotations
@@ -147,19 +148,19 @@ def render(part: str, *, build: versioning.Build, references: Mapping[str, str],
     return head + yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
 
 
-def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, version: str | None = None,
-                  kubectl: pathlib.Path | None = None, local_images: Mapping[str, str] | None = None,
+def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, kubectl: pathlib.Path,
+                  version: str | None = None, local_images: Mapping[str, str] | None = None,
                   workdir: pathlib.Path | None = None) -> Release:
     """Build, push and render the release of this checkout's HEAD into OUT_DIR (see the module docstring).
 
     VERSION names it instead of the derived version. LOCAL_IMAGES (name -> a local image) skips
-    the builds with images already built for this release; KUBECTL defaults to the one built with
-    the control plane (devcluster/build-controlplane.sh)."""
+    the builds with images already built for this release. KUBECTL renders the manifests (its
+    `kustomize`); the caller names it (`make release` and the local cluster: the one built with
+    the control plane)."""
     check_registry(registry)
     build = versioning.describe(REPO, version=version)
     if not LABEL_VALUE.fullmatch(build.tag) or len(build.tag) > 63:
         raise ReleaseError(f"tag {build.tag!r}: a release's tag is also a label value, at most 63 characters")
-    kubectl = kubectl or default_kubectl()
     out_dir.mkdir(parents=True, exist_ok=True)
     if local_images is None:
         local_images = images.build_all(build, workdir=workdir or out_dir / ".build")
@@ -180,10 +181,3 @@ def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, version: 
     files["SHA256SUMS"] = out_dir / "SHA256SUMS"
     files["SHA256SUMS"].write_text(sums)
     return Release(build=build, registry=registry, references=references, files=files)
-
-
-def default_kubectl() -> pathlib.Path:
-    """The kubectl built beside the control plane (its `kustomize` is built in)."""
-    from devcluster import harness, local
-
-    return harness.binary(local.KUBECTL, harness.build_binaries())

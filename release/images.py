@@ -1,10 +1,10 @@
 """The release's images: built locally with their OCI labels, and pushed.
 
 NAMES are the images a release builds; each is the repository `dispatch/NAME` in the release's
-registry. They are built from the contexts devcluster/images.py makes (the same ones the image tests
-build), tagged `localhost/dispatch/NAME:TAG` in local storage only, and carry the standard OCI labels:
-version, revision, source, licenses, created (the commit's time, so the labels of a rebuilt commit
-are the same), title.
+registry. They are built from the contexts release/contexts.py makes (the same ones the image tests
+and the local cluster build), tagged `localhost/dispatch/NAME:TAG` in local storage only, and carry
+the standard OCI labels: version, revision, source, licenses, created (the commit's time, so the
+labels of a rebuilt commit are the same), title.
 
 `podman_push(DESTINATION)` is a push for release.bundle: `podman push --digestfile` to
 DESTINATION formatted with the repository name and the tag, for example
@@ -20,8 +20,7 @@ import tempfile
 from collections.abc import Callable
 import tomllib
 
-from devcluster import images as contexts
-from release import version
+from release import contexts, version
 
 NAMES = ("controller", "dispatcher", "sidecar", "test-driver")
 LICENSE = "Apache-2.0"

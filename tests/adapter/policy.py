@@ -10,7 +10,7 @@ from typing import Any
 
 import kubernetes.client
 
-from devcluster import harness, scenario
+from devcluster import harness, local, scenario
 from release import bundle
 from tests import waiting
 from toolkit import kube, names, paths
@@ -27,7 +27,7 @@ OPTED_IN = {names.IDENTITY_NAMESPACE_LABEL: names.IDENTITY_NAMESPACE_VALUE}
 
 def rendered() -> dict[str, dict[str, Any]]:
     """Kind -> the policy, its binding and its parameter, from the controller's release manifest."""
-    docs = bundle.kustomize("controller", kubectl=bundle.default_kubectl())
+    docs = bundle.kustomize("controller", kubectl=local.kubectl())
     found = {d["kind"]: bundle.with_prologue(d) for d in docs if d["metadata"]["name"] == "dispatch-identity"}
     assert set(found) == {"ConfigMap", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}, sorted(found)
     return found

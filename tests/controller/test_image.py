@@ -22,7 +22,7 @@ import docker
 import pytest
 import yaml
 
-from devcluster import images
+from release import contexts
 from tests import containers
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_every_module_the_image_carries_imports_and_it_has_no_shell(client: dock
     assert failures == [] and carried > 1000, (carried, failures)
     containers.assert_no_shell(client, image)
     # The target (docs/benchmarks.md, "Images"), as the dispatcher's.
-    assert images.size_bytes(image) <= 60_000_000, images.size_bytes(image)
+    assert contexts.size_bytes(image) <= 60_000_000, contexts.size_bytes(image)
 
 
 def test_the_image_makes_the_metrics_certificate_with_the_cryptography_it_carries(

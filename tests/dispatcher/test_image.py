@@ -15,7 +15,7 @@ import docker
 import pytest
 import yaml
 
-from devcluster import images
+from release import contexts
 from tests import containers
 
 pytestmark = pytest.mark.images
@@ -53,7 +53,7 @@ def test_every_module_the_image_carries_imports_and_it_has_no_shell(client: dock
     carried, failures = containers.import_every_module(client, image)
     assert failures == [] and carried > 1000, (carried, failures)
     containers.assert_no_shell(client, image)
-    assert images.size_bytes(image) <= 60_000_000, images.size_bytes(image)  # the target (docs/benchmarks.md)
+    assert contexts.size_bytes(image) <= 60_000_000, contexts.size_bytes(image)  # the target (docs/benchmarks.md)
 
 
 def test_the_deployment_s_liveness_command_runs_in_the_image_on_the_heartbeat(

@@ -14,6 +14,9 @@ and both layers.
 The layer table is the one written description of the order; EXCEPTIONS are
 the imports allowed against it, each with its reason, and an exception no
 longer used fails too, so the list only shrinks.
+
+The tools outside the product import one way too: the release never imports
+the local cluster (TOOLS_NEVER), read the same way.
 """
 
 from __future__ import annotations
@@ -263,6 +266,53 @@ def test_the_table_decides(module: str, source: str, allowed: bool) -> None:
     found = violations(source, module=module, path="x.py",
                        third_party={"wheel": {"click", "yaml"}, "dev": {"click", "yaml", "prometheus_client"}})
     assert (found == []) is allowed, found
+
+
+# -- the tools outside the product --------------------------------------------
+
+# Tool -> the tools it never imports. The local cluster installs the release (devcluster/install.py),
+# so the release, what a person runs to publish, knows nothing of the local cluster:
+# devcluster -> release -> product.
+TOOLS_NEVER: dict[str, tuple[str, ...]] = {"release": ("devcluster",)}
+
+
+def tool_violations(source: str, *, module: str, path: str) -> list[str]:
+    """One line per import of `module`, a tool's module, of a tool TOOLS_NEVER forbids it."""
+    never = TOOLS_NEVER.get(module.split(".")[0], ())
+    return [f"{path}:{line}: {module} imports {target}: {target.split('.')[0]} depends on "
+            f"{module.split('.')[0]}, never the other way"
+            for line, target in sorted(set(imports(source, module=module))) if target.split(".")[0] in never]
+
+
+def test_the_release_imports_nothing_of_the_local_cluster() -> None:
+    found = []
+    for tool in TOOLS_NEVER:
+        paths = sorted((ROOT / tool).rglob("*.py"))
+        assert paths, f"{tool}/ holds no module"
+        for path in paths:
+            found += tool_violations(path.read_text(), module=module_name(path), path=str(path.relative_to(ROOT)))
+    assert found == [], "\n".join(found)
+
+
+REACHING_BACK = '''\
+import importlib
+from release import contexts
+
+
+def default_kubectl():
+    from devcluster import harness, local
+    import devcluster.stack
+    return importlib.import_module("devcluster.local")
+'''
+
+
+def test_a_release_import_of_the_local_cluster_is_reported_inside_a_function_too() -> None:
+    found = tool_violations(REACHING_BACK, module="release.bundle", path="release/bundle.py")
+    assert found == [
+        "release/bundle.py:6: release.bundle imports devcluster: devcluster depends on release, never the other way",
+        "release/bundle.py:7: release.bundle imports devcluster.stack: devcluster depends on release, never the other way",
+        "release/bundle.py:8: release.bundle imports devcluster.local: devcluster depends on release, never the other way",
+    ]
 
 
 # -- small rooms --------------------------------------------------------------

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import kubernetes.client
 import pytest
 
-from devcluster import images, registry as registry_mod, stack as stack_mod
+from devcluster import registry as registry_mod, stack as stack_mod
+from release import contexts
 from tests.node import kit
 
 pytestmark = pytest.mark.cluster
@@ -28,12 +29,12 @@ def fresh_image(tmp_path: pathlib.Path) -> Iterator[tuple[str, str]]:
     (tmp_path / "nonce").write_text(nonce + "\n")
     (tmp_path / "Containerfile").write_text(f"FROM {kit.BUSYBOX}\nCOPY nonce /nonce\n")
     tag = f"localhost/dispatch-test/nonce:{nonce[:12]}"
-    done = images.podman("build", "-q", "--isolation", "chroot", "-t", tag, str(tmp_path), timeout=300)
+    done = contexts.podman("build", "-q", "--isolation", "chroot", "-t", tag, str(tmp_path), timeout=300)
     assert done.returncode == 0, done.stderr
     try:
         yield tag, nonce
     finally:
-        images.podman("rmi", "--force", tag)
+        contexts.podman("rmi", "--force", tag)
 
 
 def test_a_pod_runs_an_image_pulled_by_digest_through_the_registrys_name(
@@ -77,11 +78,11 @@ def test_no_pull_or_push_without_the_password(node_cluster: stack_mod.Stack, tmp
     none.write_text(json.dumps({"auths": {}}))
     wrong.write_text(json.dumps({"auths": {registry.endpoint: {"auth": "ZGlzcGF0Y2g6d3Jvbmc="}}}))  # dispatch:wrong
     for authfile in (none, wrong):
-        pushed = images.podman("push", "--authfile", str(authfile), "--cert-dir", str(registry.cert_dir),
-                                kit.BUSYBOX, f"docker://{registry.endpoint}/coredns:1.15.0", timeout=120)
+        pushed = contexts.podman("push", "--authfile", str(authfile), "--cert-dir", str(registry.cert_dir),
+                                  kit.BUSYBOX, f"docker://{registry.endpoint}/coredns:1.15.0", timeout=120)
         assert pushed.returncode != 0 and "unauthorized" in pushed.stderr.lower(), pushed.stderr
-        pulled = images.podman("pull", "--authfile", str(authfile), "--cert-dir", str(registry.cert_dir),
-                                f"docker://{registry.endpoint}/coredns:1.15.0", timeout=120)
+        pulled = contexts.podman("pull", "--authfile", str(authfile), "--cert-dir", str(registry.cert_dir),
+                                  f"docker://{registry.endpoint}/coredns:1.15.0", timeout=120)
         assert pulled.returncode != 0 and "unauthorized" in pulled.stderr.lower(), pulled.stderr
 
 

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-from devcluster import harness, images as contexts, local
-from release import bundle, images, version
+from devcluster import harness, local
+from release import bundle, contexts, images, version
 
 pytestmark = [pytest.mark.cluster, pytest.mark.images]
 
@@ -32,6 +32,8 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 REGISTRY = "registry.test:5000/team"
 VERSION = "0.1.0+gtest"
 TAG = "0.1.0-gtest"
+# For a release refused before anything is rendered: no kubectl runs.
+NO_KUBECTL = pathlib.Path("/nonexistent/kubectl")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,8 @@ def local_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
 def made(local_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[bundle.Release, pathlib.Path]:
     pushed = tmp_path_factory.mktemp("pushed")
     release = bundle.build_release(registry=REGISTRY, version=VERSION, out_dir=tmp_path_factory.mktemp("out"),
-                                   push=images.podman_push(f"dir:{pushed}/{{name}}"), local_images=local_images)
+                                   push=images.podman_push(f"dir:{pushed}/{{name}}"), local_images=local_images,
+                                   kubectl=local.kubectl())
     return release, pushed
 
 
@@ -146,19 +149,24 @@ def test_the_bundle_applies_server_side_and_again_unchanged(made: tuple[bundle.R
         assert got.stdout == release.references["controller"], got.stderr
 
 
-def test_a_bad_registry_or_version_is_refused_in_one_line(tmp_path: pathlib.Path) -> None:
+def test_a_bad_registry_version_or_kubectl_is_refused_in_one_line(tmp_path: pathlib.Path) -> None:
     for registry in ("Registry.Test", "http://r.test", "r.test/", ""):
         with pytest.raises(bundle.ReleaseError, match=r"^registry .*: must be a host\[:port\]\[/path\]"):
-            bundle.build_release(registry=registry, out_dir=tmp_path, push=lambda *a: "", local_images={})
+            bundle.build_release(registry=registry, out_dir=tmp_path, push=lambda *a: "", local_images={},
+                                 kubectl=NO_KUBECTL)
     with pytest.raises(version.VersionError, match=r"^version '1\.0 beta': must match"):
         bundle.build_release(registry=REGISTRY, version="1.0 beta", out_dir=tmp_path, push=lambda *a: "",
-                             local_images={})
-    done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "release", "--registry", "Bad"],
-                          capture_output=True, text=True, cwd=REPO)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stderr.startswith("release: registry 'Bad'")
+                             local_images={}, kubectl=NO_KUBECTL)
+    for args, first in ((["--registry", "Bad"], "release: registry 'Bad'"),
+                        (["--registry", REGISTRY], "release: --kubectl is required"),
+                        (["--registry", REGISTRY, "--kubectl", str(NO_KUBECTL)],
+                         f"release: --kubectl {NO_KUBECTL}: not an executable file")):
+        done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "release", *args],
+                              capture_output=True, text=True, cwd=REPO)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stderr.startswith(first), done.stderr
 
 
 def test_a_push_that_answers_no_digest_fails_the_release(local_images: dict[str, str], tmp_path: pathlib.Path) -> None:
     with pytest.raises(bundle.ReleaseError, match=r"^push of controller: answered 'sha256:xyz', not a digest"):
         bundle.build_release(registry=REGISTRY, version=VERSION, out_dir=tmp_path, push=lambda *a: "sha256:xyz",
-                             local_images=local_images)
+                             local_images=local_images, kubectl=NO_KUBECTL)

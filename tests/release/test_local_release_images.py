@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from devcluster import images as contexts, install
-from release import images, version
+from devcluster import install
+from release import contexts, images, version
 
 pytestmark = pytest.mark.images
 

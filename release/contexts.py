@@ -1,6 +1,11 @@
 """Build contexts of our own images, and building them with podman, for what
-builds them outside scripts/build-images.sh: the release (release/images.py),
-bench/sidecar (the size of each image beside the sample trainer's) and the image tests.
+builds them outside scripts/build-images.sh: the release (release/images.py), the
+local cluster's release images (devcluster/install.py), bench/sidecar (the size of
+each image beside the sample trainer's) and the image tests; the local cluster's
+registry and DNS run podman with `podman` here too.
+
+Part of the release, which imports nothing of the local cluster: devcluster uses
+this module, never the other way (tests/lint/test_layers.py).
 
 A context holds only what its Containerfile copies:
   sidecar     src/sidecar/, src/toolkit/ and images/mkroot.py
