@@ -10,6 +10,7 @@ PACKAGES="
   containernetworking-plugins iptables
   debootstrap musl-tools dpkg-dev build-essential
   git ca-certificates openssl curl
+  python3 python3-venv
 "
 missing=
 for p in $PACKAGES; do
