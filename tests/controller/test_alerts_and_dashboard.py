@@ -9,6 +9,7 @@ non-empty for its namespace; `toolkit adopt` empties it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pathlib
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import prometheus_client.parser
+import kubernetes.utils
 import pytest
 import yaml
 
@@ -126,3 +128,61 @@ def test_every_expression_parses_selects_exported_metrics_and_the_flag_alert_fol
     after = evaluate(promqleval, tmp_path / "adopted", ctl.get("/metrics")[1],
                      [alerts["DispatchTrainJobFlaggedForeign"]])
     assert [r for r in after[0]["result"] if r["labels"].get("namespace") == namespace] == []
+
+
+def test_every_alert_links_its_runbook() -> None:
+    doc = (REPO / "docs" / "operating.md").read_text()
+    anchors = {"-".join("".join(c for c in line[3:].lower() if c.isalnum() or c in " -").split())
+               for line in doc.splitlines() if line.startswith("## ")}
+    rule = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r]
+    assert alerts
+    base = "https://github.com/phpboyscout/dispatch-k8s/blob/main/docs/operating.md#"
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        assert url.startswith(base) and url.removeprefix(base) in anchors, (alert["alert"], url)
+
+
+def test_the_scrape_presents_a_token_the_file_ships_and_the_role_allows(admin, api_client) -> None:
+    # No deprecated bearerTokenFile: the ServiceMonitor names a token Secret of its own ServiceAccount,
+    # which the apiserver fills and which is allowed to get /metrics.
+    docs = [d for d in yaml.safe_load_all((MONITORING / "servicemonitor.yaml").read_text()) if d]
+    (monitor,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert "bearerTokenFile" not in endpoint
+    secret_ref = endpoint["authorization"]["credentials"]
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    assert (secret["metadata"]["name"], secret["type"]) == (secret_ref["name"], "kubernetes.io/service-account-token")
+    reader = yaml.safe_load((REPO / "deployments" / "k8s" / "base" / "controller" / "metrics-reader.yaml").read_text())
+    made = []
+    try:
+        for doc in [reader, *(d for d in docs if d["kind"] != "ServiceMonitor")]:
+            if doc["kind"] == "ServiceAccount" or doc["kind"] == "Secret":
+                namespace = doc["metadata"]["namespace"]
+                if not any(n["metadata"]["name"] == namespace for n in admin.list(NAMESPACE)[0]):
+                    admin.create(NAMESPACE, {"metadata": {"name": namespace}})
+            try:
+                kubernetes.utils.create_from_dict(api_client, doc)
+                made.append(doc)
+            except kubernetes.utils.FailToCreateError as e:
+                assert all(x.status == 409 for x in e.api_exceptions), e
+        filled = wait_until(lambda: (admin.get(paths.SECRET, name=secret_ref["name"], namespace=secret["metadata"]["namespace"])
+                                     .get("data") or {}).get(secret_ref["key"]), what="the token controller to fill it")
+        token = base64.b64decode(filled).decode()
+        review = admin.create(TOKEN_REVIEW, {"spec": {"token": token}})
+        user = review["status"]["user"]
+        access = admin.create(SUBJECT_ACCESS_REVIEW, {"spec": {
+            "user": user["username"], "groups": user.get("groups", []),
+            "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}})
+        assert access["status"]["allowed"] is True, access["status"]
+    finally:
+        for doc in reversed(made):
+            if doc["kind"] in ("ClusterRoleBinding", "ClusterRole"):
+                res = paths.Resource("rbac.authorization.k8s.io", "v1", doc["kind"].lower() + "s", doc["kind"], False)
+                admin.delete(res, name=doc["metadata"]["name"], missing_ok=True)
+
+
+NAMESPACE = paths.Resource("", "v1", "namespaces", "Namespace", False)
+TOKEN_REVIEW = paths.Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", False)
+SUBJECT_ACCESS_REVIEW = paths.Resource("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview",
+                                       False)
