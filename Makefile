@@ -49,9 +49,12 @@ release-images: venv images
 controlplane: deps
 	bash devcluster/build-controlplane.sh
 
+# The Trainer, JobSet and Kueue controllers and the node's runtime, the cluster's services, and
+# helm (tests/release/test_chart.py), each built from its Go module (devcluster/build-controllers.sh).
 controllers: deps
 	bash devcluster/build-controllers.sh
 	bash devcluster/build-controllers.sh services
+	bash devcluster/build-controllers.sh tools
 
 # The S3 and GCS servers the checkpoint fence is tested and benched against (devcluster/objectstores.py).
 objectstores: deps

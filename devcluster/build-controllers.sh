@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds, from their own Go modules at pinned versions into a cache outside the
-# repo, one of two sets, and does nothing when the cache already holds it:
+# repo, one of three sets, and does nothing when the cache already holds it:
 # - `controllers` (the default): the controllers the end-to-end suite runs for
 #   real - Kubeflow Trainer's controller manager, JobSet's controller, Kueue's
 #   manager, kwok (for scale tests only) - and the node's container runtime,
 #   containerd with its runc shim and its ctr client;
 # - `services`: the local cluster's own services - CoreDNS (its DNS, run as a
 #   pod) and the container registry the node pulls from (distribution's
-#   `registry`).
+#   `registry`);
+# - `tools`: helm, which the chart's tests install the release's Helm chart
+#   with (tests/release/test_chart.py).
 #
 # Invariants:
 # - Each binary is built inside that release's own module directory, as
@@ -21,7 +23,7 @@
 # - A binary's stamp is written after it is built: an interrupted build redoes
 #   only what has no stamp.
 #
-# Usage: build-controllers.sh [controllers|services]
+# Usage: build-controllers.sh [controllers|services|tools]
 # Prints the bin directory on stdout as its last line; progress goes to stderr.
 # Env: DISPATCH_K8S_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/dispatch-k8s).
 set -euo pipefail
@@ -40,10 +42,14 @@ services='
 coredns github.com/coredns/coredns@v1.15.0 .
 registry github.com/distribution/distribution/v3@v3.1.2 ./cmd/registry
 '
+tools='
+helm helm.sh/helm/v4@v4.3.2 ./cmd/helm
+'
 case ${1:-controllers} in
   controllers) table=$controllers prefix=e2e ;;
   services) table=$services prefix=services ;;
-  *) echo "build-controllers.sh: unknown set ${1} (controllers or services)" >&2; exit 2 ;;
+  tools) table=$tools prefix=tools ;;
+  *) echo "build-controllers.sh: unknown set ${1} (controllers, services or tools)" >&2; exit 2 ;;
 esac
 
 command -v go >/dev/null || { echo "build-controllers.sh: go is not installed (need go >= 1.26)" >&2; exit 1; }
