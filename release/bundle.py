@@ -11,6 +11,10 @@ answers the manifest digest it was pushed under, and writes into OUT_DIR:
     dispatcher.yaml    the dispatcher (optional), in its own Namespace
     sidecar-rbac.yaml  the sidecar's ServiceAccount, Role and RoleBinding, namespace-less:
                        `kubectl apply --server-side -n NS -f sidecar-rbac.yaml` per training namespace
+    dispatch-k8s-VERSION.tgz
+                       the Helm chart that installs what the three files above install, with values
+                       for what a team changes; its templates are made from these same objects
+                       (release/chart.py)
     release.json       version, tag, revision, created, registry, and each image's reference
     SHA256SUMS         the sha256 of each file above (`sha256sum -c` in OUT_DIR)
 
@@ -26,6 +30,7 @@ a reference to an image the release does not build, fails the release.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import pathlib
@@ -36,12 +41,14 @@ from typing import Any
 
 import yaml
 
-from release import images
+from release import chart, images
 from release import version as versioning
 from toolkit import prologue
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BASE = REPO / "deployments" / "k8s" / "base"
+# The Prometheus operator's objects, optional: not a manifest of the release, a part of its chart.
+MONITORING = REPO / "deployments" / "monitoring"
 # Output file -> the kustomize part it renders.
 PARTS = {"controller.yaml": "controller", "dispatcher.yaml": "dispatcher", "sidecar-rbac.yaml": "sidecar"}
 SOURCE_TAG = "unreleased"
@@ -132,8 +139,9 @@ def with_prologue(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def render(part: str, *, build: versioning.Build, references: Mapping[str, str], kubectl: pathlib.Path) -> str:
-    """PART's install manifest: kustomized, pinned, labelled with the version, as YAML documents."""
+def objects(part: str, *, build: versioning.Build, references: Mapping[str, str],
+            kubectl: pathlib.Path) -> list[dict[str, Any]]:
+    """PART's objects: kustomized, pinned, the prologue written in, labelled with the version."""
     sources = {source_reference(name): ref for name, ref in references.items()}
     docs = [with_prologue(_substitute(d, sources)) for d in kustomize(part, kubectl=kubectl)]
     for doc in docs:
@@ -142,6 +150,19 @@ def render(part: str, *, build: versioning.Build, references: Mapping[str, str],
             if image not in references.values():
                 raise ReleaseError(f"{part}: {doc['kind']} {doc['metadata'].get('name')} names image {image!r}, "
                                    "which the release does not build (the sources name dispatch/NAME:unreleased)")
+    return docs
+
+
+def monitoring_objects(build: versioning.Build) -> list[dict[str, Any]]:
+    """The objects of deployments/monitoring, labelled with the version as the manifests' are."""
+    docs = [d for f in sorted(MONITORING.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    for doc in docs:
+        doc.setdefault("metadata", {}).setdefault("labels", {})[VERSION_LABEL] = build.tag
+    return docs
+
+
+def render(part: str, docs: list[dict[str, Any]], *, build: versioning.Build) -> str:
+    """PART's install manifest: its objects (`objects`) as YAML documents under a head naming the build."""
     head = (f"# dispatch-k8s {build.version} ({build.revision}): {part}.\n"
             f"# kubectl apply --server-side -f <this file>" + (" -n NAMESPACE (each training namespace)\n"
                                                               if part == "sidecar" else "\n"))
@@ -161,6 +182,8 @@ def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, kubectl: 
     build = versioning.describe(REPO, version=version)
     if not LABEL_VALUE.fullmatch(build.tag) or len(build.tag) > 63:
         raise ReleaseError(f"tag {build.tag!r}: a release's tag is also a label value, at most 63 characters")
+    if not chart.SEMVER.fullmatch(build.version):
+        raise ReleaseError(f"version {build.version!r}: the chart's version, which must be SemVer 2")
     out_dir.mkdir(parents=True, exist_ok=True)
     if local_images is None:
         local_images = images.build_all(build, workdir=workdir or out_dir / ".build")
@@ -169,10 +192,28 @@ def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, kubectl: 
         raise ReleaseError(f"local_images: no image for {', '.join(sorted(missing))}")
     references = {name: pinned(registry, name, build.tag, push(local_images[name], images.repository(name), build.tag))
                   for name in images.NAMES}
+    files = write(out_dir, build=build, registry=registry, references=references, kubectl=kubectl)
+    return Release(build=build, registry=registry, references=references, files=files)
+
+
+def write(out_dir: pathlib.Path, *, build: versioning.Build, registry: str, references: Mapping[str, str],
+          kubectl: pathlib.Path) -> dict[str, pathlib.Path]:
+    """The bundle's files for images pushed as REFERENCES (what `build_release` writes once they are):
+    the manifests, the chart, release.json and SHA256SUMS. Output file name -> its path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, pathlib.Path] = {}
+    parts = {part: objects(part, build=build, references=references, kubectl=kubectl) for part in PARTS.values()}
     for filename, part in PARTS.items():
         files[filename] = out_dir / filename
-        files[filename].write_text(render(part, build=build, references=references, kubectl=kubectl))
+        files[filename].write_text(render(part, parts[part], build=build))
+    try:
+        made = chart.files({**parts, "monitoring": monitoring_objects(build)}, version=build.version,
+                           registry=registry, references=references)
+    except chart.ChartError as exc:
+        raise ReleaseError(f"the chart: {exc}") from exc
+    stamp = int(datetime.datetime.strptime(build.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp())
+    files[chart.filename(build.version)] = out_dir / chart.filename(build.version)
+    files[chart.filename(build.version)].write_bytes(chart.archive(made, mtime=stamp))
     meta = {"version": build.version, "tag": build.tag, "revision": build.revision, "created": build.created,
             "registry": registry, "images": references}
     files["release.json"] = out_dir / "release.json"
@@ -180,4 +221,4 @@ def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, kubectl: 
     sums = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {n}\n" for n, p in sorted(files.items()))
     files["SHA256SUMS"] = out_dir / "SHA256SUMS"
     files["SHA256SUMS"].write_text(sums)
-    return Release(build=build, registry=registry, references=references, files=files)
+    return files

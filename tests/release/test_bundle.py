@@ -1,6 +1,7 @@
 """The release bundle (release/bundle.py), made by `build_release` with real images pushed by
 podman and rendered by the real `kubectl kustomize`, then applied with `kubectl apply --server-side
--f` on a control plane of its own (with the Trainer, JobSet and Kueue CRDs).
+-f` on a control plane of its own (with the Trainer, JobSet and Kueue CRDs). The chart it writes
+beside the manifests is tested with helm in test_chart.py.
 
 The images are four small ones built here from the test driver's context, one per release image
 name and each with its own OCI labels (so each has its own digest): what is under test is the
@@ -64,13 +65,14 @@ def documents(path: pathlib.Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def test_the_bundle_has_one_manifest_per_part_and_its_sums(made: tuple[bundle.Release, pathlib.Path]) -> None:
+def test_the_bundle_has_one_manifest_per_part_the_chart_and_its_sums(made: tuple[bundle.Release, pathlib.Path]) -> None:
     release, _ = made
     out = release.files["SHA256SUMS"].parent
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
-        "SHA256SUMS", "controller.yaml", "dispatcher.yaml", "release.json", "sidecar-rbac.yaml"]
+        "SHA256SUMS", "controller.yaml", f"dispatch-k8s-{VERSION}.tgz", "dispatcher.yaml", "release.json",
+        "sidecar-rbac.yaml"]
     checked = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=out, capture_output=True, text=True)
-    assert checked.returncode == 0 and checked.stdout.count(": OK") == 4, checked.stdout
+    assert checked.returncode == 0 and checked.stdout.count(": OK") == 5, checked.stdout
     meta = json.loads(release.files["release.json"].read_text())
     assert (meta["version"], meta["tag"], meta["registry"]) == (VERSION, TAG, REGISTRY)
     assert meta["images"] == release.references and set(meta["images"]) == set(images.NAMES)
