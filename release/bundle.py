@@ -2,8 +2,9 @@
 
     build_release(registry=R, version=V, out_dir=D, push=P, kubectl=K)
 
-builds the images (release.images), hands each to PUSH, which pushes it wherever it must go and
-answers the manifest digest it was pushed under, and writes into OUT_DIR:
+builds the images (release.images: each an OCI image index of its amd64 and arm64 images), hands
+each to PUSH, which pushes it wherever it must go and answers the digest it was pushed under (an
+index's own), and writes into OUT_DIR:
 
     controller.yaml    the controller: its Namespace, RBAC, Deployment, PDB, PriorityClass,
                        the AdmissionCheck, the metrics Service, the admission policy
@@ -98,7 +99,18 @@ def kustomize(part: str, *, kubectl: pathlib.Path) -> list[dict[str, Any]]:
                           timeout=120, check=False)
     if done.returncode != 0:
         raise ReleaseError(f"kubectl kustomize {part}: {done.stderr.strip()}")
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return [_cluster_scoped(d) for d in yaml.safe_load_all(done.stdout) if d]
+
+
+# Cluster-scoped kinds kustomize's namespace transformer does not know, so it gives them the part's
+# namespace (the apiserver ignores it; a reader should not see one).
+CLUSTER_SCOPED = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+
+
+def _cluster_scoped(doc: dict[str, Any]) -> dict[str, Any]:
+    if doc.get("kind") in CLUSTER_SCOPED:
+        doc.get("metadata", {}).pop("namespace", None)
+    return doc
 
 
 def _substitute(node: Any, references: Mapping[str, str]) -> Any:
