@@ -2,11 +2,22 @@
 nothing else (images/{sidecar,controller,dispatcher}.Containerfile run this in their build stage,
 on the Python base, and copy the result into an empty image).
 
-    mkroot.py IMAGE SRC DEST
+    mkroot.py [--root ROOT] [--probe-src PROBE] IMAGE SRC DEST
 
 IMAGE names the roots (ROOTS below). SRC holds our packages and, for the controller and the
 dispatcher, the third-party packages unpacked from their wheels; it becomes /opt/dispatch, the
 image's working directory, so `python -m IMAGE` finds them with no site and no PYTHONPATH.
+
+ROOT (default /, this interpreter's own) is the root filesystem the image's interpreter, standard
+library and shared libraries are taken from: a Debian root of the image's architecture, which may
+not be this machine's (the images' Containerfiles mount their base of the target platform there,
+and run this on the build machine's base). Nothing of ROOT is ever run: the modules are found by
+this interpreter, which must be ROOT's Python version (checked: the same version string in ROOT's
+interpreter, the same bytecode magic number in ROOT's importlib), each module then taken from ROOT
+(an extension module by its name, with ROOT's platform tag), and the libraries found by reading
+ELF headers (images/elf.py). PROBE (default SRC) is SRC as this interpreter can import it: for
+another architecture, the same distributions unpacked from this machine's wheels, whose extension
+modules load here; each module found there is taken from SRC.
 
 The modules are found by importing the roots with this interpreter (-S, as the image runs) and
 taking every module loaded, startup's included: an import added to our code is carried without a
@@ -22,9 +33,9 @@ Source modules become sourceless bytecode in place of the .py (`os.pyc`, not
 `__pycache__/os.cpython-311.pyc`), so the image holds no source and needs no writable path;
 third-party bytecode is compiled without docstrings (asserts kept), ours and the standard
 library's as they are. Built-in and frozen modules need no file. Extension modules are copied, and
-every shared library the interpreter and they load (ldd) is copied with the symbolic links on its
-path (/lib64 -> usr/lib64 ...). The data files of every package loaded from SRC come along (not
-its .py files nor py.typed), as does the *.dist-info (its RECORD left out: metadata and licenses) of each
+every shared library the interpreter and they load (images/elf.py, as the loader finds them) is
+copied with the symbolic links on its path (/lib64 -> usr/lib64 ...). The data files of every
+package loaded from SRC come along (not its .py files nor py.typed), as does the *.dist-info (its RECORD left out: metadata and licenses) of each
 distribution the image carries a module of, its METADATA cut to the headers (the description after
 them is the project's README, for some its changelog too: 250 KB in the controller's image that
 nothing reads at run time; importlib.metadata and image scanners read the headers).
@@ -40,16 +51,33 @@ environment, the Downward API and ServiceAccount files, and the API server.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib.util
 import marshal
 import os
 import pathlib
 import py_compile
+import re
 import shutil
 import subprocess
 import sys
+import types
 import zipfile
+
+
+def _sibling(name: str) -> types.ModuleType:
+    """images/NAME.py, loaded from beside this file however this file was loaded: run as a script in
+    the build stage, or by its path from a test, where images/ is on no import path. A deliberate
+    exception to importing by name."""
+    spec = importlib.util.spec_from_file_location(f"_mkroot_{name}", pathlib.Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # (dataclasses look it up)
+    spec.loader.exec_module(module)
+    return module
+
+
+elf = _sibling("elf")
 
 # What each image's entry point imports, at start and later. runpy runs `-m IMAGE`; site lets
 # `python3` without -S start in the image (the image tests' probes). The sidecar's: encodings.ascii
@@ -208,40 +236,70 @@ def compile_module(path: pathlib.Path, out: pathlib.Path, *, docstrings: bool) -
                     + importlib.util.source_hash(source) + marshal.dumps(code))
 
 
-def replicate(path: str, dest: pathlib.Path) -> None:
-    """Copy PATH into DEST at the same place, with every symbolic link on the way (a link to a link too)."""
+def replicate(path: str, dest: pathlib.Path, root: pathlib.Path) -> None:
+    """Copy PATH, a path inside ROOT, into DEST at the same place, with every symbolic link on the
+    way (a link to a link too; an absolute link is followed in ROOT, as the image will follow it)."""
     parts = pathlib.PurePosixPath(path).parts[1:]
-    here = pathlib.Path("/")
+    here = pathlib.PurePosixPath("/")
     for i, part in enumerate(parts):
         step = here / part
-        if step.is_symlink():
-            target = os.readlink(step)
+        if (root / step.relative_to("/")).is_symlink():
+            target = os.readlink(root / step.relative_to("/"))
             link = dest / step.relative_to("/")
             link.parent.mkdir(parents=True, exist_ok=True)
             if not link.is_symlink():
                 link.symlink_to(target)
-            resolved = os.path.normpath(os.path.join(here, target))
-            replicate(os.path.join(resolved, *parts[i + 1:]), dest)
+            resolved = os.path.normpath(os.path.join(str(here), target))
+            replicate(os.path.join(resolved, *parts[i + 1:]), dest, root)
             return
         here = step
     out = dest / here.relative_to("/")
     out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(here, out)
+    shutil.copy2(root / here.relative_to("/"), out)
 
 
-def libraries(binary: str) -> list[str]:
-    """The shared libraries BINARY loads, as the loader finds them (ldd), the loader itself included."""
-    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
-    found = []
-    for line in out.splitlines():
-        words = line.split()
-        if "=>" in words:
-            path = words[words.index("=>") + 1]
-            if path.startswith("/"):
-                found.append(path)
-        elif words and words[0].startswith("/"):
-            found.append(words[0])  # the program interpreter
-    return found
+def check_version(root: pathlib.Path, interpreter: str) -> None:
+    """ROOT's Python is this interpreter's version, so that the bytecode compiled here is its own:
+    its interpreter names the same version (PY_VERSION, a string of its own in the binary) and its
+    importlib the same magic number. Read from the files, never run."""
+    version = "{}.{}.{}".format(*sys.version_info[:3])
+    alone = rb"(?<![\x20-\x7e])%s(?![\x20-\x7e])"
+    binary = elf.inside(root, interpreter).read_bytes()
+    if not re.search(alone % re.escape(version.encode()), binary):
+        named = sorted({m.decode() for m in re.findall(alone % rb"3\.\d+\.\d+", binary)})
+        raise SystemExit(f"mkroot: {interpreter} in {root} is not Python {version} (it names "
+                         f"{', '.join(named) or 'no version'}): the bytecode compiled here would not be its own")
+    bootstrap = elf.inside(root, str(STDLIB / "importlib" / "_bootstrap_external.py")).read_text()
+    magic = re.search(r"^MAGIC_NUMBER = \((\d+)\)\.to_bytes\(2, 'little'\)", bootstrap, re.MULTILINE)
+    if magic is None or int(magic.group(1)).to_bytes(2, "little") != importlib.util.MAGIC_NUMBER[:2]:
+        raise SystemExit(f"mkroot: the importlib in {root} has another bytecode magic number than Python {version}")
+
+
+def source_of(origin: pathlib.Path, *, src: pathlib.Path, probe: pathlib.Path, root: pathlib.Path,
+              triplet: str) -> tuple[pathlib.Path, pathlib.Path]:
+    """Where the module this interpreter loaded from ORIGIN (under PROBE or the standard library)
+    is taken from for the image, and its path in the image: the same file under SRC or ROOT's
+    standard library, a name with this machine's triplet in it (_sysconfigdata__TRIPLET) given
+    ROOT's TRIPLET, an extension module ROOT's platform tag."""
+    if origin.is_relative_to(probe):
+        base, image_dir, rel = src, APP, origin.relative_to(probe)
+    elif origin.is_relative_to(STDLIB):
+        here = getattr(sys.implementation, "_multiarch", "")
+        rel = origin.relative_to(STDLIB)
+        rel = pathlib.Path(str(rel).replace(here, triplet)) if here else rel
+        base, image_dir = elf.inside(root, str(STDLIB)), STDLIB
+    else:
+        raise SystemExit(f"mkroot: a module comes from {origin}, outside the standard library and {probe}")
+    if origin.suffix == ".py":
+        found = base / rel
+    else:  # an extension module: its name, and ROOT's tag (as importlib.machinery.EXTENSION_SUFFIXES has them)
+        name = origin.name.split(".")[0]
+        tags = (f".cpython-{sys.version_info[0]}{sys.version_info[1]}-{triplet}.so", ".abi3.so", ".so")
+        found = next((c for c in (base / rel.parent / f"{name}{t}" for t in tags) if c.is_file()), base / rel)
+    if not found.is_file():
+        raise SystemExit(f"mkroot: {found} is missing (this machine loaded {origin}): SRC and ROOT must "
+                         "hold the same distributions and Python as this machine's")
+    return found, image_dir / found.relative_to(base)
 
 
 def copy_data(src: pathlib.Path, package_dir: pathlib.Path, dest: pathlib.Path) -> None:
@@ -306,42 +364,52 @@ def zip_pure_packages(dest: pathlib.Path) -> int:
     return len(entries)
 
 
-def main() -> int:
-    image, src, dest = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
-    if image not in ROOTS:
-        raise SystemExit(f"mkroot: IMAGE must be one of {', '.join(ROOTS)}, found {image!r}")
-    modules = closure(src, image)
-    modules[f"{image}.__main__"] = str(src / image / "__main__.py")  # what `-m IMAGE` runs
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mkroot.py", description="The minimal root of one of our Python images.")
+    parser.add_argument("--root", type=pathlib.Path, default=pathlib.Path("/"),
+                        help="the root filesystem of the image's platform the interpreter, standard library and "
+                             "libraries are taken from (default: this interpreter's own)")
+    parser.add_argument("--probe-src", type=pathlib.Path, default=None,
+                        help="SRC as this interpreter imports it (its extension modules this machine's; default SRC)")
+    parser.add_argument("image", choices=sorted(ROOTS))
+    parser.add_argument("src", type=pathlib.Path)
+    parser.add_argument("dest", type=pathlib.Path)
+    args = parser.parse_args(argv)
+    image, src, dest, root = args.image, args.src.absolute(), args.dest.absolute(), args.root.absolute()
+    probe = (args.probe_src or src).absolute()
+    interpreter = os.path.realpath(sys.executable)  # /usr/bin/python3.11, in ROOT too (both Debian's)
+    check_version(root, interpreter)
+    machine = elf.read(elf.inside(root, interpreter)).machine
+    if machine not in elf.TRIPLETS:
+        raise SystemExit(f"mkroot: {interpreter} in {root} is for ELF machine {machine}, none we build for")
+    triplet = elf.TRIPLETS[machine]
+    modules = closure(probe, image)
+    modules[f"{image}.__main__"] = str(probe / image / "__main__.py")  # what `-m IMAGE` runs
     for package in WHOLE.get(image, ()):
-        for path in sorted((src / package).rglob("*")):
+        for path in sorted((probe / package).rglob("*")):
             if path.suffix in (".py", ".so"):
-                parts = path.relative_to(src).parts
+                parts = path.relative_to(probe).parts
                 parts = (*parts[:-1], path.name.split(".")[0])
                 name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
                 modules.setdefault(name, str(path))
-    binaries = [os.path.realpath(sys.executable)]
     # The landmark by which the interpreter finds its standard library (os itself is frozen).
     if modules.get("os") in (None, "frozen"):
         modules["os"] = str(STDLIB / "os.py")
+    extensions: list[tuple[str, pathlib.Path]] = []  # (path in the image, the file copied there)
     packages = set()
     for name, origin in sorted(modules.items()):
         if origin in (None, "built-in", "frozen"):
             continue
-        path = pathlib.Path(origin)
-        if path.is_relative_to(src):
-            out = dest / APP.relative_to("/") / path.relative_to(src)
-            if path.name.startswith("__init__."):
-                packages.add(path.parent)
-        elif path.is_relative_to(STDLIB):
-            out = dest / path.relative_to("/")
-        else:
-            raise SystemExit(f"mkroot: {name} comes from {origin}, outside the standard library and {src}")
+        found, in_image = source_of(pathlib.Path(origin), src=src, probe=probe, root=root, triplet=triplet)
+        out = dest / in_image.relative_to("/")
+        if found.name.startswith("__init__.") and found.is_relative_to(src):
+            packages.add(found.parent)
         out.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix == ".py":
-            compile_module(path, out.with_suffix(".pyc"), docstrings=_ours(name) or path.is_relative_to(STDLIB))
+        if found.suffix == ".py":
+            compile_module(found, out.with_suffix(".pyc"), docstrings=_ours(name) or in_image.is_relative_to(STDLIB))
         else:  # an extension module
-            shutil.copy2(path, out)
-            binaries.append(str(path))
+            shutil.copy2(found, out)
+            extensions.append((str(in_image), out))
     for package_dir in sorted(packages):
         copy_data(src, package_dir, dest)
     tops = {name.split(".")[0] for name in modules}
@@ -354,14 +422,16 @@ def main() -> int:
                 headers, blank, _description = metadata.read_bytes().partition(b"\n\n")
                 metadata.write_bytes(headers + (b"\n" if blank else b""))
     zipped = zip_pure_packages(dest)
-    replicate(binaries[0], dest)
-    for binary in binaries:
-        for library in libraries(binary):
-            replicate(library, dest)
-    (dest / binaries[0].lstrip("/")).with_name("python3").symlink_to(pathlib.Path(binaries[0]).name)
+    replicate(interpreter, dest, root)
+    for library in elf.needed(root, interpreter):
+        replicate(library, dest, root)
+    for in_image, copied in extensions:
+        for library in elf.needed(root, in_image, file=copied):
+            replicate(library, dest, root)
+    (dest / interpreter.lstrip("/")).with_name("python3").symlink_to(pathlib.Path(interpreter).name)
     total = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file() and not p.is_symlink())
-    print(f"mkroot: {image}: {sum(1 for p in dest.rglob('*.pyc')) + zipped} modules ({zipped} zipped), "
-          f"{len(binaries) - 1} extension modules, {total / 1e6:.1f} MB")
+    print(f"mkroot: {image} ({triplet}): {sum(1 for p in dest.rglob('*.pyc')) + zipped} modules ({zipped} zipped), "
+          f"{len(extensions)} extension modules, {total / 1e6:.1f} MB")
     return 0
 
 

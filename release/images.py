@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import pathlib
 import tempfile
-from collections.abc import Callable
 import tomllib
+from collections.abc import Callable
 
 from release import contexts, version
 
@@ -30,9 +30,14 @@ def repository(name: str) -> str:
     return f"dispatch/{name}"
 
 
-def local_name(name: str, tag: str) -> str:
-    """Where a build leaves image NAME in local storage (never a reference a manifest names)."""
-    return f"localhost/{repository(name)}:{tag}"
+def local_name(name: str, tag: str, arch: str = contexts.HOST_ARCH) -> str:
+    """Where a build leaves image NAME for ARCH in local storage (never a reference a manifest names)."""
+    return f"localhost/{repository(name)}:{tag}" + ("" if arch == contexts.HOST_ARCH else f"-{arch}")
+
+
+def local_index(name: str, tag: str) -> str:
+    """The local manifest list of image NAME's architectures (index)."""
+    return f"localhost/{repository(name)}:{tag}-index"
 
 
 def source_url(repo: pathlib.Path) -> str:
@@ -47,15 +52,40 @@ def labels(build: version.Build, *, name: str, repo: pathlib.Path) -> dict[str, 
             prefix + "licenses": LICENSE, prefix + "created": build.created}
 
 
-def build_all(build: version.Build, *, workdir: pathlib.Path) -> dict[str, str]:
-    """Build every image of NAMES for BUILD; answers name -> local image."""
+def build_all(build: version.Build, *, workdir: pathlib.Path,
+              arches: tuple[str, ...] = contexts.ARCHES) -> dict[str, str]:
+    """Build every image of NAMES for BUILD and each of ARCHES, and gather each NAME's in a manifest
+    list (index); answers name -> that local manifest list."""
     workdir.mkdir(parents=True, exist_ok=True)
     built = {}
     for name in NAMES:
-        with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-            built[name] = contexts.build(name, tag=local_name(name, build.tag), workdir=pathlib.Path(tmp),
-                                         labels=labels(build, name=name, repo=contexts.REPO))
+        per_arch = {}
+        for arch in arches:
+            with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+                per_arch[arch] = contexts.build(name, tag=local_name(name, build.tag, arch), workdir=pathlib.Path(tmp),
+                                                labels=labels(build, name=name, repo=contexts.REPO), arch=arch)
+        built[name] = index(local_index(name, build.tag), per_arch)
     return built
+
+
+def index(list_name: str, images: dict[str, str]) -> str:
+    """LIST_NAME: a local manifest list of IMAGES (architecture -> local image), made anew; each
+    image must be for its architecture. Answers LIST_NAME."""
+    contexts.podman("manifest", "rm", list_name)  # an earlier build's, if any
+    done = contexts.podman("manifest", "create", list_name)
+    if done.returncode != 0:
+        raise RuntimeError(f"podman manifest create {list_name}: {done.stderr.strip()}")
+    for arch, image in sorted(images.items()):
+        if contexts.architecture(image) != arch:
+            raise RuntimeError(f"{image} is for {contexts.architecture(image)}, not {arch}")
+        done = contexts.podman("manifest", "add", list_name, f"containers-storage:{image}")
+        if done.returncode != 0:
+            raise RuntimeError(f"podman manifest add {list_name} {image}: {done.stderr.strip()}")
+    return list_name
+
+
+def is_index(image: str) -> bool:
+    return contexts.podman("manifest", "exists", image).returncode == 0
 
 
 def podman_push(destination: str, *, authfile: str | None = None,
@@ -68,7 +98,8 @@ def podman_push(destination: str, *, authfile: str | None = None,
             pathlib.Path(target.removeprefix("dir:")).parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             digestfile = pathlib.Path(tmp) / "digest"
-            args = ["push", "-q", "--digestfile", str(digestfile),
+            command = ["manifest", "push", "--all", "--format", "oci"] if is_index(image) else ["push"]
+            args = [*command, "-q", "--digestfile", str(digestfile),
                     *(["--authfile", authfile] if authfile else []),
                     *([] if tls_verify else ["--tls-verify=false"]),
                     image, target]

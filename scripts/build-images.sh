@@ -10,6 +10,9 @@
 #   pause    the local node's pod sandbox (images/base/pause/pause.c), static
 #   python   Debian's python3.11 on the debian minbase (images/base/python), the
 #            base of the sidecar, dispatcher and controller images
+#   python and busybox for the other architecture of the release (arm64 on an
+#            amd64 machine: tagged ...-arm64): the same Debian packages of that
+#            architecture, unpacked and never run (docs/images.md)
 # then images/sample-trainer.Containerfile on each of the four with /bin/sh
 # (on python, its `train --checkpoint` publishes through fence/dispatch_fence).
 # and images/sample-trainer-s3.Containerfile on python: the same trainer with
@@ -26,6 +29,13 @@ cd "$repo"
 export CONTAINERS_CONF="$repo/scripts/containers.conf"
 cache=${DISPATCH_CACHE:-$HOME/.cache/dispatch-k8s}/images
 mkdir -p "$cache"
+# This machine's architecture, and the other one a release is built for (release/contexts.py ARCHES).
+host_arch=$(dpkg --print-architecture)
+case $host_arch in
+  amd64) other_arch=arm64 ;;
+  arm64) other_arch=amd64 ;;
+  *) echo "build-images: a release is built on amd64 or arm64, not $host_arch" >&2; exit 1 ;;
+esac
 
 for tool in podman runc busybox debootstrap musl-gcc dpkg-source readelf curl; do
   command -v "$tool" >/dev/null || { echo "build-images: $tool is missing (make deps)" >&2; exit 1; }
@@ -213,6 +223,86 @@ ensure localhost/dispatch-base/python:3.11-bookworm build_python \
   images/base/python/Containerfile images/base/python/packages.txt \
   <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/debian:bookworm-minbase)
 
+# --- the other architecture's bases (arm64 on amd64) --------------------------
+# Nothing of that architecture runs here (binfmt_misc may be empty, and no
+# emulator is needed to build): debootstrap --foreign only downloads and
+# unpacks the minbase, whose maintainer scripts never run, and the packages on
+# top are unpacked with dpkg-deb -x. They are images/base/python/packages.txt
+# and busybox-static, fetched by apt from the host's own sources with an
+# apt configuration of their architecture under the cache (never the host's
+# architectures, lists or status), so both architectures carry the same
+# versions. images/mkroot.py reads these roots and runs none of their programs.
+# apt_other ARGS...: apt-get for $other_arch, on its own lists under the cache.
+apt_other() {
+  local d=$cache/apt-$other_arch
+  mkdir -p "$d/lists/partial" "$d/archives/partial"
+  [[ -e $d/status ]] || : >"$d/status"
+  apt-get -q -o "APT::Architecture=$other_arch" -o "APT::Architectures::=$other_arch" \
+    -o "Dir::State::Lists=$d/lists" -o "Dir::State::status=$d/status" -o "Dir::Cache=$d" \
+    -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= "$@"
+}
+# fetch_other DIR PACKAGE...: the $other_arch .debs of PACKAGE... into DIR.
+fetch_other() {
+  local dir=$1
+  shift
+  chmod 0777 "$dir"  # apt-get download writes as the _apt user
+  apt_other update >"$cache/apt-$other_arch.log" 2>&1 && (cd "$dir" && apt_other download "$@" >>"$cache/apt-$other_arch.log" 2>&1) ||
+    { cat "$cache/apt-$other_arch.log" >&2; return 1; }
+}
+# import_other NAME HASH DIR: the directory DIR as a one-layer image of $other_arch.
+import_other() {
+  tar -C "$3" --numeric-owner --owner=0 --group=0 -c . |
+    podman import -q --arch "$other_arch" --change "LABEL dispatch.inputs=$2" - "$1" >/dev/null
+}
+other_tar=$cache/debian-bookworm-minbase-$other_arch.tar
+if [[ ! -s $other_tar ]]; then
+  start=$SECONDS
+  root=$(mktemp -d)
+  debootstrap --foreign --arch="$other_arch" --variant=minbase bookworm "$root" >"$cache/debootstrap-$other_arch.log" 2>&1
+  # The first stage unpacks the required packages; the rest of the minbase, unpacked alike.
+  for deb in "$root"/var/cache/apt/archives/*.deb; do dpkg-deb -x "$deb" "$root"; done
+  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root/debootstrap"
+  tar -C "$root" --numeric-owner -cf "$other_tar.tmp" . && mv "$other_tar.tmp" "$other_tar"
+  rm -rf "$root"
+  echo "debootstrapped bookworm minbase for $other_arch (--foreign) in $((SECONDS - start)) s"
+fi
+# build_python_other NAME HASH: the minbase of $other_arch with the Python base's packages unpacked.
+build_python_other() {
+  local root deb
+  root=$(mktemp -d)
+  chmod 0755 "$root"
+  tar -C "$root" -xf "$other_tar"
+  mkdir "$root/debs"
+  # shellcheck disable=SC2046 # one package name per line
+  fetch_other "$root/debs" $(cat images/base/python/packages.txt)
+  for deb in "$root"/debs/*.deb; do dpkg-deb -x "$deb" "$root"; done
+  rm -rf "$root/debs"
+  ln -sf python3.11 "$root/usr/bin/python3"
+  import_other "$1" "$2" "$root"
+  rm -rf "$root"
+}
+ensure "localhost/dispatch-base/python:3.11-bookworm-$other_arch" build_python_other \
+  images/base/python/packages.txt <(stat -c '%s %Y' "$other_tar") <(declare -f apt_other fetch_other import_other)
+# build_busybox_other NAME HASH: busybox-static of $other_arch, at this machine's busybox-static
+# version, with the applet links of this machine's busybox (the same build: its --list).
+build_busybox_other() {
+  local root
+  root=$(mktemp -d)
+  mkdir -p "$root/bin" "$root/tmp" "$root/debs"
+  chmod 0755 "$root" && chmod 1777 "$root/tmp"
+  fetch_other "$root/debs" "busybox-static=$bb_version"
+  dpkg-deb --fsys-tarfile "$root"/debs/busybox-static_*.deb | tar -xO ./bin/busybox >"$root/bin/busybox"
+  chmod 0755 "$root/bin/busybox"
+  rm -rf "$root/debs"
+  for a in $(busybox --list); do
+    [[ $a == busybox ]] || ln -sf busybox "$root/bin/$a"
+  done
+  import_other "$1" "$2" "$root"
+  rm -rf "$root"
+}
+ensure "localhost/dispatch-base/busybox:1.35-static-$other_arch" build_busybox_other \
+  <(echo "$bb_version") <(declare -f apt_other fetch_other import_other)
+
 # --- the sample trainer on each base ----------------------------------------
 # build_trainer NAME HASH: images/sample-trainer.Containerfile on $base. The
 # python flavour is the one whose `train --checkpoint` can publish (python3).
@@ -267,19 +357,20 @@ ensure localhost/dispatch/sample-trainer:python-s3 build_trainer_s3 images/sampl
 build_sidecar() {
   local ctx
   ctx=$(mktemp -d)
-  mkdir "$ctx/src"
+  mkdir "$ctx/src" "$ctx/mkroot"
   cp -rL sidecar toolkit "$ctx/src/"
   rm -f "$ctx/src/toolkit/data/release.json"
-  cp images/mkroot.py "$ctx/"
+  cp images/mkroot.py images/elf.py "$ctx/mkroot/"
   find "$ctx" -name __pycache__ -prune -exec rm -rf {} +
   podman build -q --isolation chroot --build-arg BASE=localhost/dispatch-base/python:3.11-bookworm \
+    --build-arg "BUILDPLATFORM=linux/$host_arch" \
     --label "dispatch.inputs=$2" -f images/sidecar.Containerfile -t "$1" "$ctx" >/dev/null
   rm -rf "$ctx"
   # The build stage's images (the Python base plus the root, ~180 MB each), labelled in the Containerfile.
   # shellcheck disable=SC2046 # one image ID per line
   podman rmi $(podman images -q --filter label=dispatch.stage=python-build) >/dev/null 2>&1 || true
 }
-ensure localhost/dispatch/sidecar:dev build_sidecar images/sidecar.Containerfile images/mkroot.py \
+ensure localhost/dispatch/sidecar:dev build_sidecar images/sidecar.Containerfile images/mkroot.py images/elf.py \
   sidecar/*.py toolkit/*.py <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/python:3.11-bookworm)
 
 # --- the test driver: what the dispatcher's driver Jobs run on the local node
