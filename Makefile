@@ -27,8 +27,9 @@ images: venv
 	bash scripts/build-images.sh
 
 # The release bundle (release/, docs/install.md): builds the controller, dispatcher, sidecar and
-# test-driver images, pushes them to REGISTRY (podman, as logged in there) and writes one install
-# manifest per part into OUT, every image as REGISTRY/dispatch/NAME:TAG@sha256:DIGEST, rendered
+# test-driver images for linux/amd64 and linux/arm64, pushes each as one OCI image index to
+# REGISTRY (podman, as logged in there) and writes one install manifest per part and the Helm
+# chart into OUT, every image as REGISTRY/dispatch/NAME:TAG@sha256:DIGEST (the index's), rendered
 # with the kubectl built with the control plane (the release finds none of its own).
 #   make release REGISTRY=HOST[:PORT][/PATH] [VERSION=0.1.0] [OUT=dist/release]
 OUT ?= dist/release
