@@ -325,7 +325,7 @@ done
 # on this machine's architecture and unpacked here (the base has no pip),
 # and this machine's CA bundle (Debian's ca-certificates): obstore's HTTP
 # client loads the system's CA certificates before any request, TLS or not.
-fence_s3_files=(fence/dispatch_fence/{__init__,__main__,checkpoint,cli,client,model,objectstore,posix,roots,s3}.py)
+fence_s3_files=(fence/dispatch_fence/{__init__,__main__,aws,checkpoint,cli,client,model,objectstore,posix,roots,s3,transfer}.py)
 fence_s3_wheels() {
   grep -o 'obstore==[0-9.]*' fence/pyproject.toml
   grep -i '^typing[-_]extensions==' constraints.txt

@@ -6,7 +6,8 @@ It sits below both, so a client never imports the protocol and the protocol
 imports a client only for a root of its scheme: the clients' errors that the
 protocol acts on (Exists, Conflict), what one LIST returns (Listing), the
 methods a store has (Store), and the one-line error every other failure
-becomes (`failure`). Standard library only; imports only the model.
+becomes (`failure`). Standard library only; imports the model and
+dispatch_fence.transfer (the settings a store uploads with).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from dispatch_fence import model
+from dispatch_fence import model, transfer
 
 
 class Exists(Exception):
-    """A create-only write found the object there (S3 412 on If-None-Match: *, GCS 412 on generation 0)."""
+    """A create-only write found the object there (S3 412 on If-None-Match: *, GCS 412 on generation 0),
+    and it was not this write's own first request, retried (transfer.Attempts)."""
 
 
 class Conflict(Exception):
@@ -40,15 +42,21 @@ class Store(Protocol):
     url: str
     stale_version: str
     """A version no object has (the probe's compare-and-set must be refused on it)."""
+    settings: transfer.Settings
+    """When a file goes up in parts, how large they are, and how many streams at once."""
 
     def list_root(self) -> Listing: ...
     def list_keys(self, prefix: str) -> list[str]:
         """Every key under PREFIX/ (every key under the root when PREFIX is empty)."""
     def read(self, key: str) -> bytes | None: ...
     def exists(self, key: str) -> bool: ...
-    def create(self, key: str, source: str | bytes) -> None: ...
+    def create(self, key: str, source: str | bytes, *, gate: transfer.Gate | None = None) -> None:
+        """Create-only, SOURCE a local path or the bytes; in parts above the threshold; from any thread.
+        With GATE: nothing becomes visible before it opens (transfer.Cancelled when it closes)."""
     def replace(self, key: str, data: bytes, *, version: str | None) -> None: ...
     def delete(self, key: str) -> None: ...
+    def close(self) -> None:
+        """End the store's threads (a later call starts them again)."""
 
 
 def failure(url: str, *, what: str, key: str, exc: Exception) -> model.UnwritableRoot:

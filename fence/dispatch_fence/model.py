@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -185,10 +186,15 @@ def is_url(root: str) -> bool:
 # -- the test seam ------------------------------------------------------------
 
 
+_hook_lock = threading.Lock()
+
+
 def hook(step: str) -> None:
-    """Tests only (TEST_HOOK_FD): announce STEP and wait to be let go (or killed)."""
+    """Tests only (TEST_HOOK_FD): announce STEP and wait to be let go (or killed); one thread at a
+    time (uploads run on several)."""
     fd = os.environ.get(TEST_HOOK_FD)
     if not fd:
         return
-    os.write(int(fd), f"{step}\n".encode())
-    os.read(int(fd), 1)
+    with _hook_lock:
+        os.write(int(fd), f"{step}\n".encode())
+        os.read(int(fd), 1)

@@ -19,8 +19,11 @@ A root is a URL, `s3://BUCKET/PREFIX` or `gs://BUCKET/PREFIX`:
      is refused, StaleEpoch, nothing written
   5. upload each file under PREFIX/<name>/, create-only; the marker last. The name
      carries epoch, serial and attempt, so no other execution can name it; the first
-     object claims it (two savers of one execution that chose one serial: the loser
-     lists again and takes the next)
+     object (the smallest file) claims it (two savers of one execution that chose one
+     serial: the loser lists again and takes the next). The rest go up on the store's
+     streams while the claim does, a file above the threshold in parts
+     (dispatch_fence.transfer), and each becomes visible (its PutObject sent, its
+     multipart upload completed) only once the claim has landed
   6. replace LATEST only if it is still the version listed in 3 (If-Match, or
      If-None-Match: * when there was none; GCS ifGenerationMatch): the commit point.
      A lost race (412): LIST again and fence again; refused, the objects of 5 are
@@ -38,19 +41,20 @@ counts in 4, as a checkpoint directory LATEST does not name does on POSIX).
 Built on dispatch_fence.model, beside dispatch_fence.posix (neither imports the
 other); dispatch_fence.roots validates the caller's input and sends a URL root
 here. Standard library only: the clients live in dispatch_fence.s3 and
-dispatch_fence.gcs, below this module (they know only dispatch_fence.client),
-and are imported only for a root of their scheme. A publish costs two requests
-over a plain upload of the same files (the LIST and the LATEST write) once the
-store has been probed.
+dispatch_fence.gcs, below this module (they know only dispatch_fence.client and
+dispatch_fence.transfer), and are imported only for a root of their scheme. A
+publish costs two requests over a plain upload of the same files (the LIST and
+the LATEST write) once the store has been probed.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import secrets
 from dataclasses import dataclass
 
-from dispatch_fence import client, model
+from dispatch_fence import client, model, transfer
 
 STEPS = ("staged", "fenced", "uploading", "uploaded", "replaced", "pruning", "done")
 """Where the test hook (model.TEST_HOOK_FD) stops an object-store publish. The commit point
@@ -118,7 +122,11 @@ def probe(store: client.Store) -> None:
     key = f".fence-probe-{os.getpid()}-{secrets.token_hex(6)}"
     where = f"{store.url} does not honour conditional writes"
     then = "the fence cannot be kept there; refused, nothing published (docs/checkpoint.md, Object stores)"
-    store.create(key, b"probe 1\n")
+    try:
+        store.create(key, b"probe 1\n")
+    except client.Exists:  # a random name: only another process's probe could hold it
+        raise model.UnwritableRoot(f"{store.url}/{key}, the probe's new object, exists already; "
+                                   "nothing published") from None
     try:
         try:
             store.create(key, b"probe 2\n")
@@ -198,18 +206,31 @@ def _files(staging: str) -> list[tuple[str, str]]:
     return out + [(model.MARKER, marker)]
 
 
-def _claim(store: client.Store, first: tuple[str, str], *, epoch: int, attempt: str,
-           listing: client.Listing) -> tuple[model.Checkpoint, client.Listing]:
-    """Step 5's start: take a name by creating its first object."""
+def _claim(store: client.Store, first: tuple[str, str], *, epoch: int, attempt: str, listing: client.Listing,
+           alongside: list[tuple[str, str]]) -> tuple[model.Checkpoint, client.Listing]:
+    """Step 5's start: take a name by creating its first object. ALONGSIDE go up meanwhile under the
+    same name, and become visible only once the claim has landed (transfer.Gate): aborted when
+    it did not, and sent again under the next name."""
     for _ in range(MAX_CLAIMS):
         serial = 1 + max((c.serial for c in _known(store, listing)), default=0)
         name = model.name_of(epoch, serial, attempt)
+        gate = transfer.Gate()
+        rest = transfer.behind(lambda name=name, gate=gate: _add(store, name, alongside, gate)) if alongside else None
         try:
             store.create(f"{name}/{first[0]}", first[1])
         except client.Exists:
+            gate.open(False)
+            _settle(rest)
             listing = store.list_root()  # another saver of this execution took the serial
             model.check_fence(epoch, _known(store, listing), root=store.url)
             continue
+        except BaseException:
+            gate.open(False)
+            _settle(rest)
+            raise
+        gate.open(True)
+        if rest is not None:
+            rest.result()
         found = model.parse_name(store.url, name)
         assert found is not None
         return found, listing
@@ -217,14 +238,25 @@ def _claim(store: client.Store, first: tuple[str, str], *, epoch: int, attempt: 
                                "nothing published")
 
 
-def _add(store: client.Store, name: str, files: list[tuple[str, str]]) -> None:
-    """Upload FILES under NAME, create-only."""
-    for rel, path in files:
+def _settle(rest: concurrent.futures.Future[None] | None) -> None:
+    """Wait for uploads whose gate closed; they aborted (what failed otherwise is moot now)."""
+    if rest is not None:
+        concurrent.futures.wait([rest])
+
+
+def _add(store: client.Store, name: str, files: list[tuple[str, str]], gate: transfer.Gate | None = None) -> None:
+    """Upload FILES under NAME, create-only, on the store's streams (each file above the threshold in
+    parts); the first failure is raised once every upload started has ended."""
+
+    def one(file: tuple[str, str]) -> None:
+        rel, path = file
         try:
-            store.create(f"{name}/{rel}", path)
+            store.create(f"{name}/{rel}", path, gate=gate)
         except client.Exists:
             raise model.CorruptRoot(f"{store.url}/{name}/{rel} exists already: not placed by this fence; "
                                     f"the checkpoint in {store.url}/{name} is incomplete, LATEST not advanced") from None
+
+    transfer.each_file(store.settings.streams, one, files)
 
 
 def _remove(store: client.Store, name: str) -> None:
@@ -280,16 +312,17 @@ class Pending:
     listing: client.Listing
 
 
-def begin(root: str, first: tuple[str, str], *, epoch: int, attempt: str) -> Pending:
+def begin(root: str, first: tuple[str, str], *, epoch: int, attempt: str,
+          alongside: list[tuple[str, str]] | None = None) -> Pending:
     """Steps 2 to 5's start: probe, list, fence (StaleEpoch), claim a name by uploading FIRST
-    (key under the checkpoint, local path)."""
+    (key under the checkpoint, local path); ALONGSIDE go up under the name meanwhile."""
     store = open_root(root)
     probe(store)
     model.hook("staged")
     listing = store.list_root()
     model.check_fence(epoch, _known(store, listing), root=store.url)
     model.hook("fenced")
-    new, listing = _claim(store, first, epoch=epoch, attempt=attempt, listing=listing)
+    new, listing = _claim(store, first, epoch=epoch, attempt=attempt, listing=listing, alongside=alongside or [])
     model.hook("uploading")
     return Pending(root, new, listing)
 
@@ -342,6 +375,7 @@ def publish(staging: str, root: str, *, epoch: int, attempt: str, keep: int | No
     """roots.publish for a URL root (validated by it): upload STAGING under a new name, then
     advance LATEST by compare-and-set. STAGING is left as it was. See the module's docstring."""
     files = _files(staging)
-    pending = begin(root, files[0], epoch=epoch, attempt=attempt)
-    add(root, pending.checkpoint.name, files[1:-1])
-    return finish(pending, files[-1][1] if len(files) > 1 else None, keep=keep)
+    # The claim is the smallest file; the rest go up while it does and appear once it has landed.
+    first = min(files[:-1] or files, key=lambda f: os.stat(f[1]).st_size)
+    pending = begin(root, first, epoch=epoch, attempt=attempt, alongside=[f for f in files[:-1] if f is not first])
+    return finish(pending, files[-1][1] if first is not files[-1] else None, keep=keep)

@@ -79,5 +79,7 @@ def _stores_of_this_module_only() -> Iterator[None]:
     from dispatch_fence import objectstore
 
     yield
+    for store in objectstore._stores.values():
+        store.close()  # its part threads
     objectstore._stores.clear()
     objectstore._probed.clear()

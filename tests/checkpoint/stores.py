@@ -90,15 +90,15 @@ class Publisher:
             self.sock = None
 
 
-def open_store(server: objectstores.Server, root: str):  # type: ignore[no-untyped-def]
-    """The fence's own store object for ROOT, configured from SERVER's environment only (for
-    reading a root's state in a test; it keeps its configuration once made)."""
+def open_store(server: objectstores.Server, root: str, extra: Mapping[str, str] | None = None):  # type: ignore[no-untyped-def]
+    """The fence's own store object for ROOT, configured from SERVER's environment only, and EXTRA
+    (for reading a root's state in a test; it keeps its configuration once made)."""
     from dispatch_fence import objectstore
 
     saved = dict(os.environ)
     try:
         os.environ.clear()
-        os.environ.update({**objectstores.clean_env(), **server.env})
+        os.environ.update({**objectstores.clean_env(), **server.env, **(extra or {})})
         return objectstore.open_root(root)
     finally:
         os.environ.clear()
