@@ -198,3 +198,19 @@ def hook(step: str) -> None:
     with _hook_lock:
         os.write(int(fd), f"{step}\n".encode())
         os.read(int(fd), 1)
+
+
+def check_staging(staging: str) -> os.stat_result:
+    """STAGING's own stat, once it is a complete staging directory: a real directory (no link)
+    holding the marker, written last, as a real file. Every root publishes only such a one."""
+    try:
+        st = os.lstat(staging)
+    except OSError as exc:
+        raise BadInput(f"staging {staging}: {exc.strerror}") from None
+    if not os.path.isdir(staging) or os.path.islink(staging):
+        raise BadInput(f"staging {staging} is not a directory")
+    marker = os.path.join(staging, MARKER)
+    if not os.path.isfile(marker) or os.path.islink(marker):
+        raise BadInput(f"staging {staging} is not complete: the marker {MARKER} (written last) "
+                       "is missing; nothing published")
+    return st

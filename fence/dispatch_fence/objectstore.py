@@ -182,16 +182,7 @@ def latest(root: str) -> model.Checkpoint | None:
 
 def _files(staging: str) -> list[tuple[str, str]]:
     """(key under the checkpoint, local path) of every file in STAGING, the marker last."""
-    try:
-        os.lstat(staging)
-    except OSError as exc:
-        raise model.BadInput(f"staging {staging}: {exc.strerror}") from None
-    if not os.path.isdir(staging) or os.path.islink(staging):
-        raise model.BadInput(f"staging {staging} is not a directory")
-    marker = os.path.join(staging, model.MARKER)
-    if not os.path.isfile(marker) or os.path.islink(marker):
-        raise model.BadInput(f"staging {staging} is not complete: the marker {model.MARKER} "
-                             "(written last) is missing; nothing published")
+    model.check_staging(staging)
     out = []
     for dirpath, dirnames, filenames in os.walk(staging, followlinks=False):
         dirnames.sort()
@@ -203,7 +194,7 @@ def _files(staging: str) -> list[tuple[str, str]]:
                                      "(an object store holds files only); nothing published")
             if rel != model.MARKER:
                 out.append((rel, path))
-    return out + [(model.MARKER, marker)]
+    return out + [(model.MARKER, os.path.join(staging, model.MARKER))]
 
 
 def _claim(store: client.Store, first: tuple[str, str], *, epoch: int, attempt: str, listing: client.Listing,

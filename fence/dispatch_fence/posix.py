@@ -104,16 +104,7 @@ def _fsync_tree(top: str) -> None:
 
 
 def _check_staging(staging: str, root: str) -> os.stat_result:
-    try:
-        st = os.lstat(staging)
-    except OSError as exc:
-        raise model.BadInput(f"staging {staging}: {exc.strerror}") from None
-    if not os.path.isdir(staging) or os.path.islink(staging):
-        raise model.BadInput(f"staging {staging} is not a directory")
-    marker = os.path.join(staging, model.MARKER)
-    if not os.path.isfile(marker) or os.path.islink(marker):
-        raise model.BadInput(f"staging {staging} is not complete: the marker {model.MARKER} (written last) "
-                             "is missing; nothing published")
+    st = model.check_staging(staging)
     real_staging, real_root = os.path.realpath(staging), os.path.realpath(root)
     if real_root == real_staging or real_root.startswith(real_staging.rstrip("/") + "/"):
         raise model.BadInput(f"root {root} is inside staging {staging}")
