@@ -246,8 +246,11 @@ fetch_other() {
   local dir=$1
   shift
   chmod 0777 "$dir"  # apt-get download writes as the _apt user
-  apt_other update >"$cache/apt-$other_arch.log" 2>&1 && (cd "$dir" && apt_other download "$@" >>"$cache/apt-$other_arch.log" 2>&1) ||
-    { cat "$cache/apt-$other_arch.log" >&2; return 1; }
+  if ! { apt_other update >"$cache/apt-$other_arch.log" 2>&1 &&
+         (cd "$dir" && apt_other download "$@" >>"$cache/apt-$other_arch.log" 2>&1); }; then
+    cat "$cache/apt-$other_arch.log" >&2
+    return 1
+  fi
 }
 # import_other NAME HASH DIR: the directory DIR as a one-layer image of $other_arch.
 import_other() {
