@@ -60,10 +60,14 @@ def test_apiserver_restart_keeps_data_and_port(
 
 # The child is a foreground program a person interrupts: Ctrl-C raises KeyboardInterrupt. A suite
 # started in the background (a shell's `&`, as CI may start it) passes SIGINT ignored to every child,
-# and Python then keeps it ignored; so the child sets Python's own handler first.
+# and Python then keeps it ignored; so the child sets Python's own handler first. On a machine
+# loaded by the rest of the suite, tearing a plane down can take long; a child still running after
+# STOP_WAIT seconds is asked for its stacks (SIGUSR1), which the failure then shows.
+STOP_WAIT = 180
 CHILD = """
-import json, signal, sys, time
+import faulthandler, json, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 from devcluster import harness
 plane = harness.ControlPlane(bin_dir=harness.pathlib.Path(sys.argv[1]), scheduler=False, crds=False).start()
 print(json.dumps({"pids": plane.pids(), "workdir": str(plane.workdir), "server": plane.server,
@@ -74,16 +78,25 @@ time.sleep(600)
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupted_harness_leaves_no_process_port_or_dir(
-        control_plane: harness.ControlPlane | harness.ExistingCluster, signum: int) -> None:
+        control_plane: harness.ControlPlane | harness.ExistingCluster, signum: int,
+        tmp_path: pathlib.Path) -> None:
     plane = own_plane(control_plane)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(plane.bin_dir)], cwd=REPO,
-                             stdout=subprocess.PIPE, text=True)
+    stderr = tmp_path / "child.stderr"
+    with stderr.open("wb") as sink:
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(plane.bin_dir)], cwd=REPO,
+                                 stdout=subprocess.PIPE, stderr=sink, text=True)
     try:
         assert child.stdout is not None
         state = json.loads(child.stdout.readline())
         assert all(alive(pid) for pid in state["pids"].values())
         child.send_signal(signum)
-        child.wait(timeout=60)
+        try:
+            child.wait(timeout=STOP_WAIT)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            pytest.fail(f"the child still ran {STOP_WAIT} s after the signal; its stderr:\n"
+                        f"{stderr.read_text(errors='replace')}")
     finally:
         if child.poll() is None:
             child.kill()
