@@ -110,6 +110,14 @@ def _controller_deployment(objects: list[dict[str, Any]], image: str) -> tuple[d
     return deployment, container
 
 
+def _sidecar_binding(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sidecar's RoleBinding (its subjects: the ServiceAccounts the values bind)."""
+    binding: dict[str, Any] = _only([d for d in objects if d["kind"] == "RoleBinding"], "sidecar: a RoleBinding")
+    if any(subject.get("kind") != "ServiceAccount" for subject in binding.get("subjects") or []):
+        raise ChartError("sidecar: the RoleBinding's subjects must all be ServiceAccounts")
+    return binding
+
+
 def defaults(parts: Mapping[str, list[dict[str, Any]]], *, registry: str,
              references: Mapping[str, str]) -> dict[str, Any]:
     """The values the release fills in (values.yaml's `${name}`), read from the objects and images."""
@@ -122,6 +130,7 @@ def defaults(parts: Mapping[str, list[dict[str, Any]]], *, registry: str,
         "dispatcher_namespace": _namespace_of(parts["dispatcher"], "dispatcher"),
         "dispatcher_backend_secret": _only(sorted(set(_secret_names(parts["dispatcher"]))),
                                            "dispatcher: a Secret named in a secretKeyRef"),
+        "sidecar_service_accounts": [subject["name"] for subject in _sidecar_binding(parts["sidecar"])["subjects"]],
     }
     for name, reference in references.items():
         for field, value in split_reference(reference, registry).items():
@@ -146,11 +155,14 @@ def _replace(node: Any, *, strings: Mapping[str, str], secret: str, exprs: _Expr
 
 
 def _template(doc: dict[str, Any], *, controller: tuple[str, str], strings: Mapping[str, str], secret: str,
-              namespace: str | None = None) -> str:
+              namespace: str | None = None, sidecar: bool = False) -> str:
     """DOC as a template: the controller Deployment's replicas and resources (CONTROLLER: its name and
-    image), the backend SECRET and the STRINGS replaced; NAMESPACE the expression of its namespace."""
+    image), the sidecar's RoleBinding's subjects (SIDECAR: DOC is of the sidecar's part), the backend
+    SECRET and the STRINGS replaced; NAMESPACE the expression of its namespace."""
     exprs = _Expressions()
     doc = copy.deepcopy(doc)
+    if sidecar and doc["kind"] == "RoleBinding":
+        doc["subjects"] = exprs.token('include "dispatch-k8s.sidecar-subjects" $ | fromJsonArray')
     if (doc["kind"], doc["metadata"]["name"]) == ("Deployment", controller[0]):
         doc["spec"]["replicas"] = exprs.token("$.Values.controller.replicas")
         for c in doc["spec"]["template"]["spec"]["containers"]:
@@ -209,7 +221,7 @@ def templates(parts: Mapping[str, list[dict[str, Any]]], *, registry: str,
                             + "{{- if $.Values.dispatcher.enabled }}\n" + docs(parts["dispatcher"]) + "{{- end }}\n"),
         "sidecar-rbac.yaml": (HEAD.format(source="the release's sidecar-rbac.yaml, once per training namespace")
                               + "{{- range $namespace := $.Values.sidecar.namespaces }}\n"
-                              + docs(parts["sidecar"], namespace="$namespace") + "{{- end }}\n"),
+                              + docs(parts["sidecar"], namespace="$namespace", sidecar=True) + "{{- end }}\n"),
         "monitoring.yaml": (HEAD.format(source="deployments/monitoring")
                             + "{{- if $.Values.monitoring.enabled }}\n" + monitoring + "{{- end }}\n"),
     }

@@ -74,8 +74,9 @@ def render_trainjob(request_file: str, output: str, output_file: str | None) -> 
 @click.option("--sidecar-image", metavar="IMAGE", default=None,
               help="The sidecar verifier's image (default: the recorded release's, REGISTRY/dispatch/sidecar:TAG@sha256:...).")
 @click.option(
-    "--service-account", metavar="NAME", default=None, help="The ServiceAccount the sidecar runs as."
-)
+    "--service-account", metavar="NAME", default=None,
+    help="The ServiceAccount the pods run as (default: the runtime's own, else the namespace's default); "
+         "it needs the sidecar's rights (sidecar-rbac.yaml binds default and dispatch-sidecar).")
 @cli_errors.user_errors
 def render_runtime(runtime_file: str, output: str, output_file: str | None, sidecar_image: str | None, service_account: str | None) -> None:
     """Add restartPolicy Never, backoffLimit 0 and the sidecar to a (Cluster)TrainingRuntime.
@@ -88,8 +89,8 @@ def render_runtime(runtime_file: str, output: str, output_file: str | None, side
     Example:
       toolkit render runtime torch_distributed.yaml --output-file torch_distributed.dispatch.yaml
     """
-    from toolkit import names, yamlio
     from toolkit import render as render_mod
+    from toolkit import yamlio
 
     docs = yamlio.load_documents(runtime_file)
     out = []
@@ -99,7 +100,7 @@ def render_runtime(runtime_file: str, output: str, output_file: str | None, side
                 render_mod.runtime(
                     doc,
                     sidecar_image=sidecar_image,
-                    service_account=service_account or names.SIDECAR_SERVICE_ACCOUNT,
+                    service_account=service_account,
                 )
             )
         except render_mod.RenderError as exc:

@@ -14,8 +14,12 @@ raises A before anything runs (`raising`).
   the node Job (JobSet's defaults would restart in place);
 - the sidecar verifier as a native sidecar (an initContainer with
   `restartPolicy: Always`; Trainer's patch can only amend containers that
-  exist, so the sidecar must be in the runtime), its Downward API volume,
-  and the pod's serviceAccountName (the sidecar's ServiceAccount);
+  exist, so the sidecar must be in the runtime) and its Downward API volume;
+- the pods keep their own ServiceAccount (the runtime's, else the
+  namespace's `default`): it may be the one a cloud binding names (IRSA,
+  Pod Identity, GKE Workload Identity). The sidecar's Role is bound to it
+  (sidecar-rbac.yaml binds `default` and `dispatch-sidecar`); an explicit
+  `service_account` names the account instead;
 - the ServiceAccount token for the sidecar only: `automountServiceAccountToken:
   false` on the pod, and a projected volume (a bound, expiring token, the
   cluster's CA and the namespace, as the kubelet's own automount holds them)
@@ -43,7 +47,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toolkit import names, raising, releaseinfo, runtime_check, wrap
+from toolkit import formats, names, raising, releaseinfo, runtime_check, wrap
 from toolkit import request as request_mod
 
 Obj = dict[str, Any]
@@ -213,9 +217,11 @@ def runtime(
     doc: Mapping[str, Any],
     *,
     sidecar_image: str | None = None,
-    service_account: str = names.SIDECAR_SERVICE_ACCOUNT,
+    service_account: str | None = None,
 ) -> Obj:
-    """A copy of the runtime with the runtime requirements' fields and the sidecar added."""
+    """A copy of the runtime with the runtime requirements' fields and the sidecar added. The pods
+    keep the ServiceAccount they have; SERVICE_ACCOUNT, when given, is set (and must not contradict
+    one the runtime names)."""
     if not isinstance(doc, Mapping):
         raise RenderError(f"(document): must be a mapping, found {type(doc).__name__}")
     kind = doc.get("kind")
@@ -236,12 +242,16 @@ def runtime(
     job_spec["backoffLimit"] = 0
     pod_spec["restartPolicy"] = "Never"
     account = pod_spec.get("serviceAccountName")
-    if account not in (None, "", service_account):
-        raise RenderError(
-            f"{runtime_check.NODE_POD_SPEC}.serviceAccountName: is {account!r}, but the sidecar runs as "
-            f"{service_account!r}; grant {account!r} the sidecar's rights and pass it as the service account"
-        )
-    pod_spec["serviceAccountName"] = service_account
+    if service_account is not None:
+        if not formats.dns_subdomain(service_account):
+            raise RenderError(f"service account: {service_account!r} is not a DNS-1123 subdomain (lowercase "
+                              f"letters, digits, '-' and '.', at most {formats.SUBDOMAIN_MAX})")
+        if account not in (None, "", service_account):
+            raise RenderError(
+                f"{runtime_check.NODE_POD_SPEC}.serviceAccountName: is {account!r}, but the service account "
+                f"asked for is {service_account!r}; leave it out to keep {account!r}"
+            )
+        pod_spec["serviceAccountName"] = service_account
     pod_spec["automountServiceAccountToken"] = False  # the sidecar's token is mounted into it alone
     _upsert(_list_at(pod_spec, "initContainers", f"{runtime_check.NODE_POD_SPEC}.initContainers"),
             sidecar_container(image=sidecar_image))

@@ -27,7 +27,7 @@ import kubernetes.client
 from devcluster import install, scenario as flow, stack as stack_mod
 from devcluster.scenario import KUEUE_API, Scenario
 from tests.e2e.installing import CHECK, active, kubectl, listing_our_check, wait
-from toolkit import history, names, raising
+from toolkit import history, names, raising, render
 
 E2E_KUEUE = True  # Trainer, JobSet and Kueue
 E2E_OURS = False  # and nothing of ours: the releases install it
@@ -129,7 +129,10 @@ def _upgrade(stack: stack_mod.Stack, namespace: str, queue: str, previous_dir: p
         wait("the ClusterQueue with our check to be Active", lambda: active(custom, queue))
         stack.sidecar_image = previous["sidecar"]
         job = Scenario(stack, api, namespace, service_account=False)
-        job.create_runtime(flow.runtime("upgraded", cpu="800m"))
+        # Rendered as the previous release's toolkit rendered runtimes: its pods on `dispatch-sidecar`,
+        # the account the previous sidecar-rbac.yaml binds.
+        job.create_runtime(render.runtime(flow.runtime("upgraded", cpu="800m"), sidecar_image=previous["sidecar"],
+                                          service_account=names.SIDECAR_SERVICE_ACCOUNT), fit=False)
         job.start("upgraded", queue="lq", job_id="upgrade.first", env={"STAY": "1"})
         first = job.new_pods()
         for pod in first:

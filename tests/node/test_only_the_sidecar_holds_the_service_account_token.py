@@ -2,11 +2,14 @@
 the pod's automount off and mounts a projected token into the sidecar only. The trainer container
 has no token at the ServiceAccount path (its code cannot act as the sidecar), the sidecar's checks
 reach the apiserver with its own (a verdict is a check that did), and a projected token the runtime
-mounts for its trainer (cloud credentials: its own audience) is still there for the trainer.
+mounts for its trainer (cloud credentials: its own audience, as IRSA's webhook mounts one) is still
+there for the trainer, and names the pods' own ServiceAccount: render keeps the account a cloud
+binding names (here the namespace's `default`), and the sidecar's rights come with sidecar-rbac.yaml.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 
@@ -21,8 +24,10 @@ from toolkit import request as request_mod
 pytestmark = pytest.mark.cluster
 
 CLOUD_DIR = "/var/run/secrets/cloud"
+# The cloud token's claims only (its middle part): without its signature it is no credential to log.
 PRINT = (f"[ -e {names.SERVICE_ACCOUNT_DIR}/token ] && echo sa-token=present || echo sa-token=absent; "
-         f"[ -s {CLOUD_DIR}/token ] && echo cloud-token=present || echo cloud-token=absent")
+         f"[ -s {CLOUD_DIR}/token ] && echo cloud-token=present || echo cloud-token=absent; "
+         f"echo cloud-claims=$(cut -d. -f2 {CLOUD_DIR}/token)")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +70,13 @@ def test_the_trainer_has_no_service_account_token_and_keeps_its_own_projected_on
         if "terminated" not in status.get("state", {}):
             return None
         return kit.log(core, namespace, "trainer", "node").split()
-    assert kit.wait("the trainer to print what it holds", printed) == ["sa-token=absent", "cloud-token=present"]
+    held = kit.wait("the trainer to print what it holds", printed)
+    assert held[:2] == ["sa-token=absent", "cloud-token=present"]
+    payload = held[2].removeprefix("cloud-claims=")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert claims["aud"] == ["sts.example"]
+    assert claims["sub"] == f"system:serviceaccount:{namespace}:default"
+    assert "serviceAccountName" not in pod_spec
 
     def verdict() -> bool:
         lines = kit.log(core, namespace, "trainer", names.SIDECAR_CONTAINER).splitlines()

@@ -149,6 +149,18 @@ def test_the_optional_parts_render_their_release_files(
     assert got == want
 
 
+def test_the_sidecar_s_rights_go_to_the_service_accounts_listed(helm: Helm, tgz: str) -> None:
+    """By default the accounts the release binds (the pods' own `default`, and `dispatch-sidecar`);
+    sidecar.serviceAccounts names others (a runtime's own account, holding a cloud binding)."""
+    def subjects(*values: str) -> list[dict[str, str]]:
+        got = rendered(helm, tgz, "--set", "sidecar.namespaces={training}", *values)
+        return list(got[("RoleBinding", "training", "dispatch-sidecar")]["subjects"])
+    assert subjects() == [{"kind": "ServiceAccount", "name": "default"},
+                          {"kind": "ServiceAccount", "name": "dispatch-sidecar"}]
+    assert subjects("--set", "sidecar.serviceAccounts={trainer-cloud,default}") == [
+        {"kind": "ServiceAccount", "name": "trainer-cloud"}, {"kind": "ServiceAccount", "name": "default"}]
+
+
 def test_the_identity_policy_is_left_out_when_off(
         helm: Helm, tgz: str, released: tuple[dict[str, pathlib.Path], dict[str, str]]) -> None:
     files, _ = released
@@ -209,7 +221,9 @@ def test_changed_values_show_in_the_output(
     (["--set", "controler.replicas=3"], "controler"),
     (["--set", "sidecar.namespaces={Training}"], "Training"),
     (["--set", "images.controller.tag=,images.controller.digest="], "/images/controller"),
-], ids=["misspelt-key", "not-a-namespace-name", "no-tag-nor-digest"])
+    (["--set", "sidecar.serviceAccounts={Trainer_Cloud}"], "/sidecar/serviceAccounts/0"),
+    (["--set", "sidecar.serviceAccounts=null"], "serviceAccounts"),
+], ids=["misspelt-key", "not-a-namespace-name", "no-tag-nor-digest", "not-an-account-name", "no-account"])
 def test_a_bad_value_is_refused(helm: Helm, tgz: str, values: list[str], refusal: str) -> None:
     done = helm("template", "dispatch-k8s", tgz, *values)
     assert done.returncode == 1 and refusal in done.stderr, done.stderr

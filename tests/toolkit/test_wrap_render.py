@@ -8,6 +8,7 @@ import json
 import pathlib
 import re
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -127,7 +128,7 @@ def test_shipped_runtimes_are_refused_then_accepted_after_render(trainer_runtime
         node = next(r for r in pod if r["name"] == "node")["template"]["spec"]["template"]["spec"]
         sidecars = [c for c in node["initContainers"] if c["name"] == names.SIDECAR_CONTAINER]
         assert len(sidecars) == 1 and sidecars[0]["restartPolicy"] == "Always"
-        assert node["serviceAccountName"] == names.SIDECAR_SERVICE_ACCOUNT
+        assert "serviceAccountName" not in node  # the pods keep the namespace's default account
 
 
 def test_sidecar_contract() -> None:
@@ -204,10 +205,6 @@ def test_not_a_runtime() -> None:
         'kind: must be ClusterTrainingRuntime or TrainingRuntime, found "Pod"']
     assert [str(r) for r in runtime_check.check({"kind": "TrainingRuntime", "spec": {}})] == [
         "spec.template.spec.replicatedJobs[node]: the trainer's replicated job must exist, found absent"]
-    with pytest.raises(render.RenderError, match="serviceAccountName"):
-        doc = _runtime()
-        doc["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["serviceAccountName"] = "other"  # type: ignore[index]
-        render.runtime(doc, sidecar_image="sidecar:test")
 
 
 def test_a_runtime_whose_trainer_step_is_not_node_is_refused_by_field_by_render_and_check() -> None:
@@ -251,3 +248,30 @@ def test_only_the_sidecar_mounts_the_service_account_token() -> None:
                 if any(m["name"] == names.SIDECAR_TOKEN_VOLUME for m in c.get("volumeMounts") or [])}
     assert mounting == {names.SIDECAR_CONTAINER}
     assert pod["containers"][0]["volumeMounts"] == [{"name": "cloud-token", "mountPath": "/var/run/secrets/cloud"}]
+
+
+def _pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = doc["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    return spec
+
+
+def test_the_pods_keep_their_own_service_account_unless_one_is_asked_for() -> None:
+    """The account a cloud binding names (IRSA, Pod Identity, Workload Identity) is the pods' own:
+    render keeps the runtime's, or none (the namespace's default); --service-account sets one, and
+    refuses, naming the field, to replace another the runtime names."""
+    doc = _runtime()
+    assert "serviceAccountName" not in _pod_spec(render.runtime(doc, sidecar_image="sidecar:test"))
+    _pod_spec(doc)["serviceAccountName"] = "trainer-cloud"
+    rendered = render.runtime(doc, sidecar_image="sidecar:test")
+    assert _pod_spec(rendered)["serviceAccountName"] == "trainer-cloud"
+    assert render.runtime(rendered, sidecar_image="sidecar:test") == rendered
+    assert _pod_spec(render.runtime(doc, sidecar_image="sidecar:test", service_account="trainer-cloud"))[
+        "serviceAccountName"] == "trainer-cloud"
+    assert _pod_spec(render.runtime(_runtime(), sidecar_image="sidecar:test", service_account="dispatch-sidecar"))[
+        "serviceAccountName"] == "dispatch-sidecar"
+    with pytest.raises(render.RenderError, match=re.escape(
+            "spec.template.spec.replicatedJobs[node].template.spec.template.spec.serviceAccountName: "
+            "is 'trainer-cloud', but the service account asked for is 'other'")):
+        render.runtime(doc, sidecar_image="sidecar:test", service_account="other")
+    with pytest.raises(render.RenderError, match=r"service account: 'Bad_Name' is not a DNS-1123 subdomain"):
+        render.runtime(_runtime(), sidecar_image="sidecar:test", service_account="Bad_Name")

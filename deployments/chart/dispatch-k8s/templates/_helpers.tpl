@@ -24,3 +24,12 @@ Called with (list $ "controller"), the second item a key of .Values.images.
 {{- define "dispatch-k8s.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/* The sidecar's RoleBinding's subjects, as JSON: a ServiceAccount of sidecar.serviceAccounts each. */}}
+{{- define "dispatch-k8s.sidecar-subjects" -}}
+{{- $subjects := list -}}
+{{- range $.Values.sidecar.serviceAccounts -}}
+{{- $subjects = append $subjects (dict "kind" "ServiceAccount" "name" .) -}}
+{{- end -}}
+{{- toJson $subjects -}}
+{{- end -}}
