@@ -49,6 +49,8 @@ class Store(Protocol):
     def list_keys(self, prefix: str) -> list[str]:
         """Every key under PREFIX/ (every key under the root when PREFIX is empty)."""
     def read(self, key: str) -> bytes | None: ...
+    def read_range(self, key: str, start: int, length: int) -> bytes | None:
+        """LENGTH bytes of KEY from START, one ranged GET (None: no such object)."""
     def exists(self, key: str) -> bool: ...
     def create(self, key: str, source: str | bytes, *, gate: transfer.Gate | None = None) -> None:
         """Create-only, SOURCE a local path or the bytes; in parts above the threshold; from any thread.

@@ -85,6 +85,14 @@ class Store:
         except ERRORS as exc:
             raise client.failure(self.url, what="read", key=key, exc=exc) from None
 
+    def read_range(self, key: str, start: int, length: int) -> bytes | None:
+        try:  # the JSON API's alt=media with a Range header; END is inclusive
+            return bytes(self._blob(key).download_as_bytes(start=start, end=start + length - 1))
+        except exceptions.NotFound:
+            return None
+        except ERRORS as exc:
+            raise client.failure(self.url, what=f"read bytes {start}+{length} of", key=key, exc=exc) from None
+
     def exists(self, key: str) -> bool:
         try:
             return bool(self._blob(key).exists())

@@ -197,7 +197,7 @@ def _files(staging: str) -> list[tuple[str, str]]:
     return out + [(model.MARKER, os.path.join(staging, model.MARKER))]
 
 
-def _claim(store: client.Store, first: tuple[str, str], *, epoch: int, attempt: str, listing: client.Listing,
+def _claim(store: client.Store, first: tuple[str, str | bytes], *, epoch: int, attempt: str, listing: client.Listing,
            alongside: list[tuple[str, str]]) -> tuple[model.Checkpoint, client.Listing]:
     """Step 5's start: take a name by creating its first object. ALONGSIDE go up meanwhile under the
     same name, and become visible only once the claim has landed (transfer.Gate): aborted when
@@ -235,11 +235,11 @@ def _settle(rest: concurrent.futures.Future[None] | None) -> None:
         concurrent.futures.wait([rest])
 
 
-def _add(store: client.Store, name: str, files: list[tuple[str, str]], gate: transfer.Gate | None = None) -> None:
+def _add(store: client.Store, name: str, files: list[tuple[str, str | bytes]], gate: transfer.Gate | None = None) -> None:
     """Upload FILES under NAME, create-only, on the store's streams (each file above the threshold in
     parts); the first failure is raised once every upload started has ended."""
 
-    def one(file: tuple[str, str]) -> None:
+    def one(file: tuple[str, str | bytes]) -> None:
         rel, path = file
         try:
             store.create(f"{name}/{rel}", path, gate=gate)
@@ -303,10 +303,10 @@ class Pending:
     listing: client.Listing
 
 
-def begin(root: str, first: tuple[str, str], *, epoch: int, attempt: str,
+def begin(root: str, first: tuple[str, str | bytes], *, epoch: int, attempt: str,
           alongside: list[tuple[str, str]] | None = None) -> Pending:
     """Steps 2 to 5's start: probe, list, fence (StaleEpoch), claim a name by uploading FIRST
-    (key under the checkpoint, local path); ALONGSIDE go up under the name meanwhile."""
+    (key under the checkpoint, local path or the bytes); ALONGSIDE go up under the name meanwhile."""
     store = open_root(root)
     probe(store)
     model.hook("staged")
@@ -318,13 +318,13 @@ def begin(root: str, first: tuple[str, str], *, epoch: int, attempt: str,
     return Pending(root, new, listing)
 
 
-def add(root: str, name: str, files: list[tuple[str, str]]) -> None:
-    """Step 5: upload FILES (key under the checkpoint, local path) into the claimed checkpoint NAME,
+def add(root: str, name: str, files: list[tuple[str, str | bytes]]) -> None:
+    """Step 5: upload FILES (key under the checkpoint, local path or the bytes) into the claimed checkpoint NAME,
     create-only; from any process."""
     _add(open_root(root), name, files)
 
 
-def finish(pending: Pending, marker: str | None, *, keep: int | None) -> model.Checkpoint:
+def finish(pending: Pending, marker: str | bytes | None, *, keep: int | None) -> model.Checkpoint:
     """Step 5's end to 7: the marker last (None: it was the claim), the compare-and-set of LATEST
     (StaleEpoch when a newer execution committed meanwhile: what was uploaded is deleted), retention."""
     store, new = open_root(pending.root), pending.checkpoint
@@ -347,15 +347,26 @@ def abandon(pending: Pending) -> None:
         pass
 
 
+def _root_of(found: model.Checkpoint) -> client.Store:
+    return open_root(found.path[:-len(found.name) - 1])
+
+
+def read_file(found: model.Checkpoint, rel: str, span: tuple[int, int] | None = None) -> bytes:
+    """The file REL of the checkpoint FOUND (from latest() or checkpoints() of a URL root): whole, or
+    SPAN = (start, length) of it by one ranged GET. CorruptRoot when it is not there."""
+    store, key = _root_of(found), f"{found.name}/{rel}"
+    data = store.read(key) if span is None else store.read_range(key, *span)
+    if data is None:
+        raise model.CorruptRoot(f"{store.url}/{key} is missing: {found.name} is not whole")
+    return data
+
+
 def download(found: model.Checkpoint, dest: str) -> None:
-    """Copy the checkpoint FOUND (from latest() or checkpoints() of a URL root) into the local
-    directory DEST, each object into a file of the same relative path (read whole, in memory)."""
-    root = found.path[:-len(found.name) - 1]
-    store = open_root(root)
+    """Copy the checkpoint FOUND into the local directory DEST, each object into a file of the same
+    relative path (read whole, in memory)."""
+    store = _root_of(found)
     for key in store.list_keys(found.name):
-        data = store.read(key)
-        if data is None:
-            raise model.CorruptRoot(f"{store.url}/{key} went away while {found.name} was read")
+        data = read_file(found, key[len(found.name) + 1:])
         path = os.path.join(dest, *key[len(found.name) + 1:].split("/"))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:

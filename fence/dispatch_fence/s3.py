@@ -83,6 +83,14 @@ class Store:
         except ERRORS as exc:
             raise client.failure(self.url, what="read", key=key, exc=exc) from None
 
+    def read_range(self, key: str, start: int, length: int) -> bytes | None:
+        try:
+            return bytes(obstore.get_range(self._s3, self._key(key), start=start, length=length))
+        except (exceptions.NotFoundError, FileNotFoundError):
+            return None
+        except ERRORS as exc:
+            raise client.failure(self.url, what=f"read bytes {start}+{length} of", key=key, exc=exc) from None
+
     def exists(self, key: str) -> bool:
         try:
             obstore.head(self._s3, self._key(key))

@@ -13,6 +13,11 @@ rewritten to the proxy, so the session's requests come through it too. No
 header that a signature covers is changed: SigV4 signs neither `Connection`
 nor `Expect`.
 
+Every request is also logged with its `Range` header and the wall-clock times
+(time.time(), comparable with another process's on this machine) its head
+arrived and its response was sent: what a test reads to count ranged reads and
+to order uploads against a training step.
+
 Threads: the accept loop and one per connection, all joined by `close()`.
 """
 
@@ -21,7 +26,9 @@ from __future__ import annotations
 import re
 import socket
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 WAIT = 30.0
 
@@ -80,6 +87,18 @@ def _render(first: str, headers: list[tuple[str, str]]) -> bytes:
     return ("\r\n".join([first] + [f"{k}: {v}" for k, v in headers]) + "\r\n\r\n").encode("latin-1")
 
 
+@dataclass(frozen=True)
+class Logged:
+    """One request as it passed: its method, target and Range header (None: not ranged), and when
+    its head arrived and its response went back (or was dropped)."""
+
+    method: str
+    target: str
+    range: str | None
+    started: float
+    ended: float
+
+
 class Proxy:
     """Listens on 127.0.0.1 (an ephemeral port) in front of UPSTREAM ("127.0.0.1:PORT"). DROP
     decides, from a request's method and target, whether its response is lost; each request it
@@ -90,6 +109,7 @@ class Proxy:
         self.upstream = (host, int(port))
         self.drop, self.drops_left = drop, drops
         self.requests: list[str] = []
+        self.log: list[Logged] = []
         self.dropped: list[str] = []
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -119,6 +139,7 @@ class Proxy:
         try:
             conn.settimeout(WAIT)
             head, rest = _read_head(conn, b"")
+            started = time.time()
             first, headers = _headers(head)
             fields = {k.lower(): v for k, v in headers}
             if fields.get("expect", "").lower() == "100-continue":
@@ -150,6 +171,7 @@ class Proxy:
                     if not response:
                         raise
             if lose:
+                self._logged(method, target, fields.get("range"), started)
                 return  # the server did it; the client never hears
             rhead, rbody = _read_head_from(response)
             status, rheaders = _headers(rhead)
@@ -157,12 +179,17 @@ class Proxy:
             rheaders = [(k, v.replace(server, self.address) if k.lower() == "location" else v)
                         for k, v in rheaders if k.lower() != "connection"]
             conn.sendall(_render(status, rheaders + [("Connection", "close")]) + rbody)
+            self._logged(method, target, fields.get("range"), started)
         except OSError:
             pass  # the client or the server went away: so does this connection
         finally:
             with self._lock:
                 self._conns.discard(conn)
             conn.close()
+
+    def _logged(self, method: str, target: str, ranged: str | None, started: float) -> None:
+        with self._lock:
+            self.log.append(Logged(method, target, ranged, started, time.time()))
 
     def close(self) -> None:
         with self._lock:

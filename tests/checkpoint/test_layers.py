@@ -51,8 +51,12 @@ LAYERS: dict[str, Layer] = {
     "objectstore": Layer(files=("objectstore.py",), below=("model", "transfer", "client", "clients")),
     "roots": Layer(files=("roots.py",), below=("model", "posix", "objectstore")),
     "cli": Layer(files=("cli.py",), below=("model", "roots")),
-    "integrations": Layer(files=("dcp.py", "lightning.py"), below=("model", "roots", "objectstore"),
-                          third_party=("torch", "lightning")),
+    "dcp_storage": Layer(files=("dcp_storage.py",), below=("model", "roots", "objectstore"), third_party=("torch",)),
+    "dcp_reader": Layer(files=("dcp_reader.py",), below=("model", "roots", "objectstore", "dcp_storage"),
+                        third_party=("torch",)),
+    "integrations": Layer(files=("dcp.py", "huggingface.py", "lightning.py"),
+                          below=("model", "roots", "objectstore", "dcp_storage", "dcp_reader"),
+                          third_party=("torch", "lightning", "transformers")),
     "surface": Layer(files=("checkpoint.py", "__main__.py"), below=("model", "posix", "roots", "cli")),
 }
 
