@@ -95,11 +95,12 @@ def run(settings: Settings) -> int:
     client = clusterconfig.load(kubeconfig=settings.kubeconfig, context=settings.context)
     metrics = metrics_mod.Metrics(lease=settings.lease_name)
     metrics.api_requests_source = lambda: client.requests
-    server = health.HealthServer(host=settings.health_host, port=settings.health_port)
+    bounds = {"max_connections": settings.max_connections, "connection_seconds": settings.connection_seconds}
+    server = health.HealthServer(host=settings.health_host, port=settings.health_port, **bounds)
     metrics_server = metrics_server_mod.MetricsServer(
         host=settings.metrics_host, port=settings.metrics_port, context=certs.server_context(settings.metrics_cert_dir),
-        reviewer=metrics_server_mod.Reviewer(client), scrape=metrics.scrape,
-        content_type=prometheus_client.CONTENT_TYPE_LATEST)
+        reviewer=metrics_server_mod.Reviewer(client, reviews_per_minute=settings.token_reviews_per_minute),
+        scrape=metrics.scrape, content_type=prometheus_client.CONTENT_TYPE_LATEST, **bounds)
     server.start()
     metrics_server.start()
     server.live.set()

@@ -10,26 +10,32 @@ pods to be ready, and a PodDisruptionBudget counts only ready pods, so a
 standby that said 503 would stall every upgrade and block every drain.
 /leaderz is 200 only on the leader whose informers have listed (what a
 person or a test asks to find the leader; the Lease says it too).
+
+The port holds at most `Settings.max_connections` connections, each at most
+`Settings.connection_seconds` (`controller.connlimit`): a connection that
+says nothing is closed to make room for the next, which is how a probe gets
+through while idle connections fill the port.
 """
 
 from __future__ import annotations
 
-import http.server
 import threading
-from typing import Any
+
+from controller import connlimit, settings
 
 
 class HealthServer:
-    def __init__(self, *, host: str, port: int) -> None:
-        """Bind `host`:`port` (0 picks a port); the default address is the
-        settings' (`Settings.health_host`), not this class's."""
+    def __init__(self, *, host: str, port: int, max_connections: int = settings.Settings.max_connections,
+                 connection_seconds: float = settings.Settings.connection_seconds) -> None:
+        """Bind `host`:`port` (0 picks a port); the default address and bounds are
+        the settings' (`Settings.health_host`, ...), not this class's."""
         self.live = threading.Event()
         self.ready = threading.Event()
         self.leading = threading.Event()
         outer = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        class Handler(connlimit.Handler):
+            def do_GET(self) -> None:  # the stdlib's name
                 if self.path == "/healthz":
                     self._reply(200 if outer.live.is_set() else 503, b"ok\n" if outer.live.is_set() else b"down\n")
                 elif self.path == "/readyz":
@@ -48,11 +54,8 @@ class HealthServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args: Any) -> None:  # probes are not news
-                pass
-
-        self.server = http.server.ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        self.server = connlimit.Server((host, port), Handler, limit=max_connections, seconds=connection_seconds,
+                                       name="health")
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, name="health", daemon=True)
 

@@ -11,12 +11,22 @@ scraper's ServiceAccount). The answers:
 - 403 Forbidden: authenticated, not allowed (the SubjectAccessReview's reason
   is logged, not sent);
 - 200: the metrics (`controller.metrics`);
+- 429 Too Many Requests: a token with no decision, over the review budget
+  (no review asked for);
 - 503: the apiserver could not be asked (never a 200 on no answer);
 - 404 any other path.
 
-A decision is cached for `CACHE_SECONDS` under a digest of the token (the
-token itself is never kept or logged), at most `CACHE_SIZE` of them, so a
-scrape every 15 s costs the apiserver two requests a minute per scraper.
+A decision is kept for `CACHE_SECONDS` under a digest of the token (the
+token itself is never kept or logged), so a scrape every 15 s costs the
+apiserver two requests a minute per scraper. What random tokens can cost is
+bounded (`controller.review_budget`): their 401s are kept apart from the
+decisions on real credentials, at most `CACHE_SIZE` of each, and a token
+with no decision is reviewed only within a budget of reviews a minute
+(`Settings.token_reviews_per_minute`); a token once authenticated is
+reviewed again outside it, so a scraper is never starved by a flood.
+Connections are bounded as the probes' are (`controller.connlimit`): at
+most `Settings.max_connections` at once, each at most
+`Settings.connection_seconds`, the TLS handshake included.
 
 The probes are not here: the kubelet sends no token, so /healthz and
 /readyz stay on the health port (`controller.health`), plain HTTP.
@@ -27,7 +37,6 @@ subjectaccessreviews for this.
 from __future__ import annotations
 
 import hashlib
-import http.server
 import logging
 import ssl
 import threading
@@ -35,6 +44,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from controller import connlimit, review_budget, settings
 from toolkit import kube
 
 log = logging.getLogger("controller.metrics")
@@ -49,31 +59,26 @@ ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 class Reviewer:
     """Asks the apiserver who a token is and whether it may get /metrics."""
 
-    def __init__(self, client: kube.Client, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, client: kube.Client, *, reviews_per_minute: int = settings.Settings.token_reviews_per_minute,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
-        self.clock = clock
-        self._cache: dict[str, tuple[float, int]] = {}
-        self._lock = threading.Lock()
+        self.decisions = review_budget.Decisions(size=CACHE_SIZE, seconds=CACHE_SECONDS, clock=clock)
+        self.budget = review_budget.Bucket(per_minute=reviews_per_minute, clock=clock)
 
     def decide(self, token: str) -> int:
-        """200, 401, 403 or 503 for a request bearing `token`."""
+        """200, 401, 403, 429 or 503 for a request bearing `token`."""
         key = hashlib.sha256(token.encode()).hexdigest()
-        now = self.clock()
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit and hit[0] > now:
-                return hit[1]
+        decision, known = self.decisions.get(key)
+        if decision is not None:
+            return decision
+        if not known and not self.budget.take():
+            return 429
         try:
             code = self._ask(token)
         except kube.ApiError as exc:
             log.warning("metrics: could not review a token", extra={"error": str(exc)})
             return 503
-        with self._lock:
-            if len(self._cache) >= CACHE_SIZE:
-                self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
-                if len(self._cache) >= CACHE_SIZE:
-                    self._cache.clear()
-            self._cache[key] = (now + CACHE_SECONDS, code)
+        self.decisions.put(key, code)
         return code
 
     def _ask(self, token: str) -> int:
@@ -98,23 +103,19 @@ class Reviewer:
         return 200 if allowed else 403
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that fails the TLS handshake (plain HTTP, a wrong CA) or hangs up: its own problem,
-        # one debug line, not a traceback on stderr.
-        log.debug("metrics: a connection failed", extra={"client": str(client_address)})
+BODIES = {401: b"Unauthorized\n", 403: b"Forbidden\n", 429: b"Too Many Requests\n"}
 
 
 class MetricsServer:
     def __init__(self, *, host: str, port: int, context: ssl.SSLContext, reviewer: Reviewer,
-                 scrape: Callable[[], bytes], content_type: str) -> None:
+                 scrape: Callable[[], bytes], content_type: str,
+                 max_connections: int = settings.Settings.max_connections,
+                 connection_seconds: float = settings.Settings.connection_seconds) -> None:
         outer = self
         self.reviewer = reviewer
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        class Handler(connlimit.Handler):
+            def do_GET(self) -> None:  # the stdlib's name
                 if self.path.split("?", 1)[0] != PATH:
                     self._reply(404, b"not found\n")
                     return
@@ -123,21 +124,21 @@ class MetricsServer:
                 if code == 200:
                     self._reply(200, scrape(), content_type)
                 else:
-                    self._reply(code, {401: b"Unauthorized\n", 403: b"Forbidden\n"}.get(code, b"unavailable\n"))
+                    self._reply(code, BODIES.get(code, b"unavailable\n"))
 
             def _reply(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
+                if code == 429:
+                    self.send_header("Retry-After", "1")
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args: Any) -> None:  # scrapes are not news
-                pass
-
-        self.server = _Server((host, port), Handler)
-        # The handshake runs on the handler's thread (first read), not in accept: a slow or silent
-        # client cannot hold the listener.
+        self.server = connlimit.Server((host, port), Handler, limit=max_connections, seconds=connection_seconds,
+                                       name="metrics")
+        # The handshake runs on the handler's thread (first read, under the connection's timeout),
+        # not in accept: a slow or silent client cannot hold the listener.
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True,
                                                  do_handshake_on_connect=False)
         self.port = self.server.server_address[1]

@@ -90,6 +90,14 @@ TABLE: tuple[envtable.Setting, ...] = (
     _row("metrics_host", HOST, "Address /metrics binds to", default="0.0.0.0"),
     _row("metrics_cert_dir", envtable.PATH, "Directory holding tls.crt and tls.key for /metrics",
          shown="a self-signed certificate made at start"),
+    _row("max_connections", envtable.whole(4, 4096), "Most connections each of the two ports (probes, /metrics) "
+         "holds at once; one more closes the oldest that has not sent its request yet, or is refused when "
+         "every one has", default=64),
+    _row("connection_seconds", envtable.whole(1, 300), "Longest a connection to either port lasts, TLS "
+         "handshake, request and answer included; then it is closed", default=10),
+    _row("token_reviews_per_minute", envtable.whole(1, 60000), "TokenReviews of bearer tokens /metrics has "
+         "no decision for, per minute (a burst of a sixth of it); beyond it such a request gets 429 without "
+         "a review. A token once allowed is reviewed again outside this budget", default=60),
     _row("workers", envtable.whole(1, 64), "Reconcile workers", default=4),
 )
 BY_FIELD = {spec.field: spec for spec in TABLE}
@@ -116,6 +124,9 @@ class Settings:
     metrics_port: int = _DEFAULT["metrics_port"]
     metrics_host: str = _DEFAULT["metrics_host"]
     metrics_cert_dir: str | None = _DEFAULT["metrics_cert_dir"]
+    max_connections: int = _DEFAULT["max_connections"]
+    connection_seconds: int = _DEFAULT["connection_seconds"]
+    token_reviews_per_minute: int = _DEFAULT["token_reviews_per_minute"]
     workers: int = _DEFAULT["workers"]
 
     @classmethod

@@ -37,6 +37,9 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
         ("metrics_port", 8443, "9443", 9443, 0),
         ("metrics_host", "0.0.0.0", "127.0.0.1", "127.0.0.1", "::1"),
         ("metrics_cert_dir", None, "/etc/certs", "/etc/certs", "/run/certs"),
+        ("max_connections", 64, "128", 128, 16),
+        ("connection_seconds", 10, "30", 30, 5),
+        ("token_reviews_per_minute", 60, "120", 120, 6),
         ("workers", 4, "8", 8, 1),
     ],
 )
@@ -148,6 +151,12 @@ ROWS = [
      "expected an IP address or a host name"),
     ("metrics_cert_dir", "DISPATCH_CONTROLLER_METRICS_CERT_DIR", "--metrics-cert-dir", "/etc/certs", "/etc/certs",
      None, None),
+    ("max_connections", "DISPATCH_CONTROLLER_MAX_CONNECTIONS", "--max-connections", "128", 128, "3",
+     "expected a whole number from 4 to 4096"),
+    ("connection_seconds", "DISPATCH_CONTROLLER_CONNECTION_SECONDS", "--connection-seconds", "30", 30, "301",
+     "expected a whole number from 1 to 300"),
+    ("token_reviews_per_minute", "DISPATCH_CONTROLLER_TOKEN_REVIEWS_PER_MINUTE", "--token-reviews-per-minute", "120",
+     120, "0", "expected a whole number from 1 to 60000"),
     ("workers", "DISPATCH_CONTROLLER_WORKERS", "--workers", "8", 8, "+8", "expected a whole number from 1 to 64"),
 ]
 
@@ -156,7 +165,8 @@ ROWS = [
 OTHER = {"kubeconfig": "/tmp/other", "context": "other", "namespace": "team-b", "controller_name": "y.example/c",
          "leader_elect": "true", "lease_name": "b.lease", "lease_namespace": "ns-2", "lease_duration": "40",
          "renew_deadline": "8", "retry_period": "4", "health_port": "9091", "health_host": "127.0.0.1", "metrics_port": "9444",
-         "metrics_host": "127.0.0.1", "metrics_cert_dir": "/run/other", "workers": "9"}
+         "metrics_host": "127.0.0.1", "metrics_cert_dir": "/run/other", "workers": "9",
+         "max_connections": "32", "connection_seconds": "20", "token_reviews_per_minute": "30"}
 
 
 def test_the_rows_cover_every_setting_of_the_table_and_the_dataclass():
