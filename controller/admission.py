@@ -22,33 +22,36 @@ been edited since start): a refusal sets our check Rejected with the refusal
 (the field and the value found) as its message, and Kueue deactivates the
 Workload, releasing its quota, until a person fixes the runtime and
 reactivates it. Otherwise:
-    1. raise A on the TrainJob (`adapter.raise_admission`), writing in the
-       SAME update the marker
+    1. raise A on the TrainJob (`writes.raise_for`), writing in the SAME
+       write the marker
        `raised-for = <workload uid>/<workload rv>/<trainjob generation>`,
        where rv is the Workload resourceVersion that showed the reservation
-       and the generation is the one this update gives the TrainJob (one
+       and the generation is the one this write gives the TrainJob (one
        more than the generation read: a raise always changes the spec);
-    2. read the Workload again, now, after the raise, and set our check
-       Ready ("A raised to N") on the version read, as a status update
-       preconditioned on it: directly when it is still the version rv the
-       raise was for; when Kueue wrote it since (it often does, right after
-       its reservation or in reply to the raise), only as `_still_approvable`
-       says (below), from a fresh read of the TrainJob.
+    2. set our check Ready ("A raised to N") on that same Workload version
+       rv, preconditioned on it (`writes.set_checks`). When Kueue wrote the
+       Workload since (a 409), only as `_still_approvable` says (below), from
+       fresh reads of the Workload and the TrainJob.
 
-Which reads may be cached. The pass starts from the informer's copy of the
-Workload that queued it (a pass the worker queued again, after a stale or
-refused pass or an error, reads it fresh). That copy only says where to
-look: it can be any earlier version (a watch that lags), and nothing written
-trusts it. The TrainJob is read fresh and the raise is preconditioned on that
-read, so whether this TrainJob was already raised for this admission
-(`raised_here`: suspended, at the generation its raise left) is decided on
-the TrainJob as it is; a stale copy's rv only makes the marker older, which
-costs at most a second raise (A only grows). The Ready is written on the
-version read after the raise and checked there: the same Workload (uid),
-still waiting on the same checks of ours; a copy that showed a reservation
-the Workload no longer has approves nothing. Reading the Workload after the
-raise rather than before is also what spares most passes a 409 on the Ready
-(Kueue's writes after the reservation land while we raise).
+Which reads may be cached. The pass starts from the informers' copies: the
+Workload that queued it and its TrainJob (a pass the worker queued again,
+after a stale or refused pass or an error, reads both fresh). A copy can be
+any earlier version (a watch that lags), so every write made from one is
+preconditioned on the copy's resourceVersion: the raise is a merge patch
+carrying the TrainJob's, the Ready one carrying the Workload's, and a 409
+reads once, fresh, and computes again. Two things are never taken from a
+cache: "already raised" (a copy carrying this version's marker writes
+nothing, so nothing would prove it: the TrainJob is read fresh and decided
+on, `writes`), and the runtime, read fresh at every admission (edited a
+moment before, it must still be refused). A TrainJob that is not ours, or
+that the admission policy refused, is read fresh too before its check is
+set without a raise. A stale Workload copy's rv only makes the marker older,
+which costs at most a second raise (A only grows), and its Ready a 409. The
+Ready lands only on the version the raise was for, or on a version read
+fresh that is the same Workload (uid), still waiting on the same checks of
+ours; a copy that showed a reservation the Workload no longer has approves
+nothing. So per admission, beyond the Ready: the runtime's read and the
+raise.
 
 The invariant: Ready is only ever written with an A that no execution has
 started with. An execution starts only when spec.suspend goes false, which
@@ -56,23 +59,24 @@ changes the TrainJob's spec and so its metadata.generation. Ready for A is
 written only when the TrainJob is suspended and its generation is still the
 one the raise of A left (`raised_here`): nothing has unsuspended it since
 that raise, by hand, by `toolkit open` or `release`, or by Kueue. Either the
-TrainJob carries raised-for = W/g and Ready is written on that version W
-(step 2 needs W unchanged), or the pass that raised for W finds a newer
-version of the same Workload still waiting on our check and the TrainJob
-unchanged since its own raise (`_still_approvable`).
+Ready is written on the version W the raise was for (its marker names W),
+or the pass that raised for W finds a newer version of the same Workload
+still waiting on our check and the TrainJob, read fresh, unchanged since its
+own raise (`_still_approvable`).
 
-A Workload written since the raise's version (step 2), or a 409 on the
-Ready (Kueue wrote it between our read and our Ready), is that second case:
-the pass reads the TrainJob again (and, after a 409, the Workload) and, if
-both still qualify, writes Ready on the new version with the same A, so one
-admission costs one raise. Otherwise the next pass decides from a fresh read. Any other refusal
-of step 2 (an admission policy, a webhook, an error) leaves the check
-Pending and the next pass decides from a fresh read too.
+A 409 on the Ready (Kueue wrote the Workload between the version the raise
+was for and our Ready) is that second case: the pass reads the Workload and
+the TrainJob again and, if both still qualify, writes Ready on the new
+version with the same A, so one admission costs one raise. Otherwise the
+next pass decides from a fresh read. Any other refusal of step 2 (an
+admission policy, a webhook, an error) leaves the check Pending and the next
+pass decides from a fresh read too.
 
-Crash (or a refused Ready) between 1 and 2: the next pass reads the
-Workload; if it is still W and the TrainJob still suspended at generation g,
-the marker matches and step 1 writes nothing (no double raise) before step
-2. If either changed meanwhile (Kueue touched the Workload; the TrainJob was
+Crash (or a refused Ready) between 1 and 2: the next pass finds the marker
+on its cached copy, does not trust it and reads the TrainJob: if the
+Workload is still W and the TrainJob still suspended at generation g, the
+marker matches and step 1 writes nothing (no double raise) before step 2.
+If either changed meanwhile (Kueue touched the Workload; the TrainJob was
 started and stopped again), the marker does not match and A is raised
 again: R grows by two instead of one, which is still monotonic. So R always
 increases across admissions, and an A an execution may have used is never
@@ -96,6 +100,7 @@ import logging
 from typing import Any
 
 from toolkit import adapter, admission_checks, derive, detect, kube, marks, names, paths, raising
+from controller import writes
 
 Obj = dict[str, Any]
 
@@ -132,30 +137,9 @@ def in_eviction_window(workload: Obj) -> bool:
     return condition_true(workload, "QuotaReserved") and condition_true(workload, "Evicted")
 
 
-def marker(workload: Obj) -> str:
-    """The Workload version a raise is for: "<uid>/<resourceVersion>"."""
-    meta = workload["metadata"]
-    return f"{meta['uid']}/{meta['resourceVersion']}"
-
-
-def _generation(trainjob: Obj) -> int | None:
-    generation = (trainjob.get("metadata") or {}).get("generation")
-    return generation if isinstance(generation, int) and not isinstance(generation, bool) else None
-
-
-def raised_for(workload: Obj, trainjob: Obj) -> str:
-    """The raised-for marker a raise for this Workload version writes on TRAINJOB as read before
-    the raise: the Workload's marker and the generation the raise's update gives the TrainJob."""
-    return f"{marker(workload)}/{(_generation(trainjob) or 0) + 1}"
-
-
-def raised_here(trainjob: Obj, workload: Obj) -> bool:
-    """The TrainJob was raised for this Workload version and nothing has changed its spec since
-    (still suspended, at the generation that raise left): no execution has started with its A."""
-    annotations = (trainjob.get("metadata") or {}).get("annotations") or {}
-    generation = _generation(trainjob)
-    return (raising.is_suspended(trainjob) and generation is not None
-            and annotations.get(adapter.RAISED_FOR_ANNOTATION) == f"{marker(workload)}/{generation}")
+marker = writes.marker
+raised_for = writes.raised_for
+raised_here = writes.raised_here
 
 
 def with_check_ready(workload: Obj, *, checks: list[str], admission: int) -> Obj:
@@ -172,6 +156,7 @@ class Outcome:
     admission: int | None = None
     conflicts: int = 0
     raised: bool = False
+    version: str | None = None  # "ready": the marker (uid/resourceVersion) of the Workload version the Ready was written on
 
 
 def reconcile_workload(
@@ -180,14 +165,13 @@ def reconcile_workload(
     namespace: str,
     name: str,
     ours: set[str],
-    on_conflict: Any = None,
     seen: Obj | None = None,
+    trainjob: Obj | None = None,
     counter_namespace: str = names.CONTROLLER_NAMESPACE,
 ) -> Outcome:
-    """One pass over one Workload. `seen` is the informer's copy that queued it (None: read it
-    now). The copy only says whether to look: nothing it says is trusted for a write (see
-    "Which reads may be cached" in the module docstring); the TrainJob is read fresh, the raise is
-    preconditioned on it, and the Workload is read fresh after the raise, for the Ready."""
+    """One pass over one Workload. `seen` is the informer's copy that queued it and `trainjob` the
+    informer's copy of its TrainJob (None: read it now). Every write made from a copy is
+    preconditioned on it (see "Which reads may be cached" in the module docstring)."""
     cached = seen is not None
     if seen is None:
         try:
@@ -198,15 +182,16 @@ def reconcile_workload(
     checks = pending_checks(workload, ours)
     if not checks:
         return Outcome("skipped")
-    trainjob = marks.owner_trainjob(workload)
-    current: Obj | None = None
-    if trainjob is not None:
+    owner = marks.owner_trainjob(workload)
+    current = trainjob if _usable(trainjob, workload, owner=owner) else None
+    if current is None and owner is not None:
         try:
-            current = client.get(paths.TRAINJOB, name=trainjob, namespace=namespace)
+            current = client.get(paths.TRAINJOB, name=owner, namespace=namespace)
         except kube.NotFound:
             return Outcome("skipped")  # its job is gone; Kueue deletes the Workload
         if not marks.owned_by(workload, current):
             return Outcome("skipped")  # a deleted predecessor's of the same name: gone with it
+    fresh = current is not trainjob
     refused = derive.refusal(current) if current is not None else None
     if refused is not None:
         # Made in a namespace that opts in, but the admission policy could not wrap it: never approved
@@ -214,7 +199,7 @@ def reconcile_workload(
         log.warning("not wrapped at creation, check Rejected: %s", refused, extra={"workload": f"{namespace}/{name}"})
         return _set(client, workload, checks=checks, state="Rejected", message=refused, action="rejected",
                     ours=ours if cached else None)
-    if current is None or trainjob is None or not marks.is_ours(current):
+    if current is None or owner is None or not marks.is_ours(current):
         return _set(client, workload, checks=checks, state="Ready", message=UNTOUCHED, action="untouched",
                     ours=ours if cached else None)
     try:
@@ -224,51 +209,23 @@ def reconcile_workload(
         log.warning("refused, check Rejected: %s", exc, extra={"workload": f"{namespace}/{name}"})
         return _set(client, workload, checks=checks, state="Rejected", message=str(exc), action="rejected",
                     ours=ours if cached else None)
-    def already(tj: Obj) -> int | None:
-        return raising.counts(tj).current if raised_here(tj, workload) else None
-
     try:
-        raised = adapter.raise_admission(
-            client,
-            namespace=namespace,
-            name=trainjob,
-            record=lambda tj: (adapter.RAISED_FOR_ANNOTATION, raised_for(workload, tj)),
-            skip_if=already,
-            on_conflict=on_conflict,
-            first=current,
-            give=give,
-        )
+        raised = writes.raise_for(client, workload=workload, trainjob=current, fresh=fresh, give=give)
     except adapter.AdapterError as exc:
         # Not suspended (or gone): never approve without the raise.
         log.warning("not raised, check left Pending: %s", exc, extra={"workload": f"{namespace}/{name}"})
         return Outcome("refused")
     reserved = workload  # the version the raise was for (its marker names it)
-    # The Workload read after the raise, not before: Kueue's own writes of the reservation (and its
-    # reaction to the raise) have mostly landed by now, so the Ready below rarely meets a 409.
-    try:
-        workload = client.get(paths.WORKLOAD, name=name, namespace=namespace)
-    except kube.NotFound:
-        return Outcome("stale", raised.admission, raised.conflicts, raised.written)
-    if workload["metadata"].get("resourceVersion") != reserved["metadata"].get("resourceVersion"):
-        # Not the version the raise was for: approvable only as `_still_approvable` says.
-        again = _still_approvable(client, reserved, checks=checks, ours=ours, trainjob=trainjob, raised=raised,
-                                  again=workload)
-        if again is None:
-            return Outcome("stale", raised.admission, raised.conflicts, raised.written)
-        workload = again
-    elif pending_checks(workload, ours) != checks or workload["metadata"].get("uid") != reserved["metadata"].get("uid"):
-        return Outcome("stale", raised.admission, raised.conflicts, raised.written)
     for _ in range(READY_ATTEMPTS):
         try:
-            client.replace(paths.WORKLOAD, with_check_ready(workload, checks=checks, admission=raised.admission),
-                           subresource="status")
-            return Outcome("ready", raised.admission, raised.conflicts, raised.written)
+            writes.set_checks(client, workload, checks=checks, state="Ready", message=f"A raised to {raised.admission}")
+            return Outcome("ready", raised.admission, raised.conflicts, raised.written,
+                           version=marker(workload))
         except kube.NotFound:
             break
         except kube.Conflict:
-            # Kueue wrote the Workload between our read and our Ready (its own status, often).
-            again = _still_approvable(client, reserved, checks=checks, ours=ours, trainjob=trainjob,
-                                      raised=raised)
+            # Kueue wrote the Workload since the version the raise was for (its own status, often).
+            again = _still_approvable(client, reserved, checks=checks, ours=ours, trainjob=owner, raised=raised)
             if again is None:
                 break
             workload = again
@@ -282,19 +239,27 @@ def reconcile_workload(
     return Outcome("stale", raised.admission, raised.conflicts, raised.written)
 
 
+def _usable(trainjob: Obj | None, workload: Obj, *, owner: str | None) -> bool:
+    """A cached TrainJob the pass may start from: the Workload's owner (by UID), ours and not
+    refused. Any other decision (skip, untouched, rejected) is made on a fresh read."""
+    return (trainjob is not None and owner is not None
+            and (trainjob.get("metadata") or {}).get("name") == owner
+            and marks.owned_by(workload, trainjob) and marks.is_ours(trainjob)
+            and derive.refusal(trainjob) is None)
+
+
 def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], ours: set[str], trainjob: str,
-                      raised: adapter.Raised, again: Obj | None = None) -> Obj | None:
+                      raised: adapter.Raised) -> Obj | None:
     """The Workload read again, when the A just raised may still be its approval; else None.
 
     It may when the Workload is the same object still waiting on the same checks of ours, and the
-    TrainJob's spec has not changed since our raise (its generation is the one our write left:
-    never unsuspended since, so no execution has started with this A), still suspended, with our
-    A as its patch and floor and our raise's marker. Anything else, even a write that looks
-    harmless, sends the decision back to a fresh pass."""
+    TrainJob's spec, read fresh, has not changed since our raise (its generation is the one our
+    write left: never unsuspended since, so no execution has started with this A), still
+    suspended, with our A as its patch and floor and our raise's marker. Anything else, even a
+    write that looks harmless, sends the decision back to a fresh pass."""
     namespace = workload["metadata"]["namespace"]
     try:
-        if again is None:
-            again = client.get(paths.WORKLOAD, name=workload["metadata"]["name"], namespace=namespace)
+        again = client.get(paths.WORKLOAD, name=workload["metadata"]["name"], namespace=namespace)
         tj = client.get(paths.TRAINJOB, name=trainjob, namespace=namespace)
     except kube.NotFound:
         return None
@@ -310,20 +275,27 @@ def _still_approvable(client: kube.Client, workload: Obj, *, checks: list[str], 
 
 def _set(client: kube.Client, workload: Obj, *, checks: list[str], state: str, message: str, action: str,
          ours: set[str] | None = None) -> Outcome:
-    """Our checks set to `state` without a raise, preconditioned on the version read. `ours`: the
-    Workload given is an informer's copy, read again first (it must still wait on the same checks)."""
-    try:
-        if ours is not None:
-            uid = workload["metadata"].get("uid")
+    """Our checks set to `state` without a raise, preconditioned on the version given. `ours`: the
+    Workload given is an informer's copy; a 409 reads it once, fresh, and writes again if it still
+    waits on the same checks."""
+    for attempt in range(2):
+        try:
+            writes.set_checks(client, workload, checks=checks, state=state, message=message)
+            return Outcome(action)
+        except kube.NotFound:
+            return Outcome("stale")
+        except kube.Conflict:
+            if ours is None or attempt:
+                return Outcome("stale")
+        uid = workload["metadata"].get("uid")
+        try:
             workload = client.get(paths.WORKLOAD, name=workload["metadata"]["name"],
                                   namespace=workload["metadata"]["namespace"])
-            if workload["metadata"].get("uid") != uid or pending_checks(workload, ours) != checks:
-                return Outcome("stale")
-        client.replace(paths.WORKLOAD, with_checks(workload, checks=checks, state=state, message=message),
-                       subresource="status")
-    except (kube.Conflict, kube.NotFound):
-        return Outcome("stale")
-    return Outcome(action)
+        except kube.NotFound:
+            return Outcome("stale")
+        if workload["metadata"].get("uid") != uid or pending_checks(workload, ours) != checks:
+            return Outcome("stale")
+    return Outcome("stale")
 
 
 def ensure_active(client: kube.Client, check: Obj) -> bool:

@@ -3,7 +3,9 @@
 
 The handlers run on the informers' threads and only enqueue: a (kind, namespace, name) key with
 the latest object, deduplicated by key (`queue.WorkQueue`). The workers pass each key to its
-stage: a Workload to `admission.reconcile_workload` (raise A, then set our check Ready), an
+stage: a Workload to `admission.reconcile_workload` (raise A, then set our check Ready), with the
+latest copies the caches hold of it and of its TrainJob (the TrainJob informer only fills a
+cache: nothing is queued for a TrainJob), an
 AdmissionCheck of ours to `admission.ensure_active`, a JobSet, a trainer pod or a sidecar's
 Event to the `detector.Detector`. One worker holds a key at a time.
 
@@ -68,11 +70,16 @@ class Controller:
         # the worker a read of the TrainJob, ahead of admissions in the queue (bench/admission).
         # Dropped when the JobSet is deleted; written by the JobSet informer's thread only.
         self._jobset_uids: dict[str, str] = {}
-        # Workload keys whose next pass reads the Workload afresh instead of the informer's copy:
-        # after a pass that approved it, or that a worker queued again (stale, refused, an error).
-        # Set and popped by workers (one worker holds a key at a time), dropped when the Workload is
-        # deleted: at most one entry per Workload.
+        # Workload keys whose next pass reads the Workload and its TrainJob afresh instead of the
+        # informers' copies: a pass a worker queued again (stale, refused, an error). Set and popped
+        # by workers (one worker holds a key at a time), dropped when the Workload is deleted: at
+        # most one entry per Workload.
         self._read_fresh: dict[tuple[str, str, str], bool] = {}
+        # Workload key -> the marker (uid/resourceVersion) of the version our last Ready was written on. A
+        # copy of that very version, queued again (a write Kueue made during the pass, a relist)
+        # still shows our check Pending, and is known to be approved: no pass, no second raise.
+        # Touched by the worker holding the key; dropped with the Workload: one entry per Workload.
+        self._approved: dict[tuple[str, str, str], str] = {}
         # Keys whose last pass failed, with their backoff; dropped at their next success. Touched by
         # the worker holding the key only.
         self._failing: dict[tuple[str, str, str], backoff.Backoff] = {}
@@ -81,12 +88,15 @@ class Controller:
             client, res, handler=handler, namespace=ns if res.namespaced else None, stop=self.stop, **kw
         )
         # Each cache keeps only what is read of its kind (`views`): no Workload's or JobSet's spec,
-        # no managedFields, of a pod's spec only what the detector judges (bench/admission).
+        # no managedFields, of a TrainJob what the raise reads, of a pod's spec only what the
+        # detector judges (bench/admission).
         self.checks = mk(paths.ADMISSION_CHECK, self._on_check)
+        self.workloads = mk(paths.WORKLOAD, self._on_workload, transform=views.workload_view)
+        self.trainjobs = mk(paths.TRAINJOB, lambda kind, obj: None, transform=views.trainjob_view)
         self.informers = [
             self.checks,
-            mk(paths.WORKLOAD, self._on_workload, transform=views.slim),
-            mk(paths.JOBSET, self._on_jobset, transform=views.slim),
+            self.workloads,
+            mk(paths.JOBSET, self._on_jobset, transform=views.metadata_only),
             mk(paths.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL, transform=views.pod_view),
             mk(paths.EVENT, self._on_event, field_selector=f"reason={names.SIDECAR_VIOLATION_REASON}"),
         ]
@@ -94,7 +104,7 @@ class Controller:
         # flag's label, so its cache holds the flagged ones and nothing else, names alone.
         self.flagged = mk(paths.TRAINJOB, lambda kind, obj: None, label_selector=flagmark.SELECTOR,
                           transform=views.names_only)
-        self.informers.append(self.flagged)
+        self.informers.extend([self.flagged, self.trainjobs])
         self.threads: list[threading.Thread] = []
 
     # -- handlers (informer threads): cheap, they only enqueue ----------
@@ -112,7 +122,7 @@ class Controller:
         if mine and kind != "DELETED":
             self.queue.add(("check", "", name), check)
         if changed:  # a check became ours: Workloads waiting on it need a pass
-            for wl in self.informers[1].items():
+            for wl in self.workloads.items():
                 self._on_workload("SYNC", wl)
 
     def _on_workload(self, kind: str, wl: Obj) -> None:
@@ -120,6 +130,7 @@ class Controller:
         if kind == "DELETED":
             self._seen_reserved.pop(meta["uid"], None)
             self._read_fresh.pop(("workload", meta["namespace"], meta["name"]), None)
+            self._approved.pop(("workload", meta["namespace"], meta["name"]), None)
             return
         with self._ours_lock:
             ours = set(self.ours)
@@ -166,51 +177,59 @@ class Controller:
         if kind == "check":
             admission.ensure_active(self.client, obj)
         elif kind == "workload":
-            with self._ours_lock:
-                ours = set(self.ours)
-            uid = obj["metadata"]["uid"]
-            # Read before the write: our own Ready comes back as a watch event
-            # that drops the entry, maybe before this worker gets here again.
-            started = self._seen_reserved.get(uid)
-            # The informer's copy that queued it decides whether to look (reconcile_workload trusts
-            # it for nothing it writes); a pass this worker queued again reads the Workload afresh.
-            seen = None if self._read_fresh.pop(key, None) else obj
-            outcome = admission.reconcile_workload(
-                self.client, namespace=namespace, name=name, ours=ours, on_conflict=self.metrics.conflicts.inc,
-                seen=seen, counter_namespace=self.settings.lease_namespace,
-            )
-            if outcome.raised:
-                self.metrics.raises.inc()
-            if outcome.action in ("ready", "skipped", "untouched", "rejected"):
-                self._seen_reserved.pop(uid, None)
-            if outcome.action == "ready":
-                # Kueue's writes during this pass queued it again with a copy older than our Ready,
-                # which still shows the check Pending: the next pass reads the Workload afresh
-                # rather than raise again on that copy's word (a raise it would not need).
-                self._read_fresh[key] = True
-            if outcome.action == "ready":
-                if started is not None:
-                    queue_name = ((obj.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
-                    self.metrics.ready_latency.labels(cluster_queue=queue_name).observe(time.monotonic() - started)
-                log.info(
-                    "check ready",
-                    extra={"workload": f"{namespace}/{name}", "admission": outcome.admission, "raised": outcome.raised},
-                )
-            elif outcome.action in ("untouched", "rejected"):
-                log.info("check set without a raise", extra={"workload": f"{namespace}/{name}", "outcome": outcome.action})
-            elif outcome.action == "stale":
-                self._read_fresh[key] = True
-                self.queue.add_after(key, obj, 0.05)
-            elif outcome.action == "refused":
-                # e.g. the TrainJob is not suspended: look again later, never approve
-                self._read_fresh[key] = True
-                self.queue.add_after(key, obj, 2.0)
+            self._workload(key, obj)
         elif kind == "jobset":
             self.detector.jobset(obj)
         elif kind == "pod":
             self.detector.pod(obj)
         elif kind == "event":
             self.detector.event(obj)
+
+    def _workload(self, key: tuple[str, str, str], obj: Obj) -> None:
+        _, namespace, name = key
+        with self._ours_lock:
+            ours = set(self.ours)
+        # The latest copy the cache holds (the one queued may be older), unless this pass was
+        # queued again by a worker: then the Workload and its TrainJob are read afresh.
+        fresh = bool(self._read_fresh.pop(key, None))
+        seen = None if fresh else (self.workloads.get(f"{namespace}/{name}") or obj)
+        if seen is not None and self._approved.get(key) == admission.marker(seen):
+            return  # the very version our Ready was written on
+        uid = obj["metadata"]["uid"]
+        # Read before the write: our own Ready comes back as a watch event
+        # that drops the entry, maybe before this worker gets here again.
+        started = self._seen_reserved.get(uid)
+        owner = marks.owner_trainjob(obj)
+        trainjob = None if fresh or owner is None else self.trainjobs.get(f"{namespace}/{owner}")
+        outcome = admission.reconcile_workload(
+            self.client, namespace=namespace, name=name, ours=ours, seen=seen, trainjob=trainjob,
+            counter_namespace=self.settings.lease_namespace,
+        )
+        if outcome.conflicts:
+            self.metrics.conflicts.inc(outcome.conflicts)
+        if outcome.raised:
+            self.metrics.raises.inc()
+        if outcome.action in ("ready", "skipped", "untouched", "rejected"):
+            self._seen_reserved.pop(uid, None)
+        if outcome.action == "ready" and outcome.version is not None:
+            self._approved[key] = outcome.version
+        if outcome.action == "ready":
+            if started is not None:
+                queue_name = ((obj.get("status") or {}).get("admission") or {}).get("clusterQueue") or ""
+                self.metrics.ready_latency.labels(cluster_queue=queue_name).observe(time.monotonic() - started)
+            log.info(
+                "check ready",
+                extra={"workload": f"{namespace}/{name}", "admission": outcome.admission, "raised": outcome.raised},
+            )
+        elif outcome.action in ("untouched", "rejected"):
+            log.info("check set without a raise", extra={"workload": f"{namespace}/{name}", "outcome": outcome.action})
+        elif outcome.action == "stale":
+            self._read_fresh[key] = True
+            self.queue.add_after(key, obj, 0.05)
+        elif outcome.action == "refused":
+            # e.g. the TrainJob is not suspended: look again later, never approve
+            self._read_fresh[key] = True
+            self.queue.add_after(key, obj, 2.0)
 
     def _caches_synced(self) -> bool:
         """Block until every informer has listed once (True) or the term ends (False)."""

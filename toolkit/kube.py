@@ -235,10 +235,14 @@ class Client:
         return self.request("PUT", path, query=query, body=obj)
 
     def merge_patch(
-        self, res: paths.Resource, patch: Obj, *, name: str, namespace: str | None = None, subresource: str | None = None
+        self, res: paths.Resource, patch: Obj, *, name: str, namespace: str | None = None, subresource: str | None = None,
+        field_manager: str | None = None,
     ) -> Obj:
+        """A JSON merge patch. A metadata.resourceVersion in PATCH is a precondition (409 when the
+        object moved on); a merge patch replaces a list whole, so one that sends a list needs it."""
         path = res.path(namespace=namespace, name=name, sub=subresource)
-        return self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+        query: Query | None = [("fieldManager", field_manager)] if field_manager else None
+        return self.request("PATCH", path, query=query, body=patch, content_type="application/merge-patch+json")
 
     def delete(self, res: paths.Resource, *, name: str, namespace: str | None = None,
                body: Obj | None = None, missing_ok: bool = False) -> None:

@@ -17,9 +17,17 @@ Invariants this module keeps:
   refusing here gives a clear error instead of a webhook rejection.
 - The input is never mutated: `raised()` deep-copies, so a caller's cached
   object (an informer's) stays what the server said.
-- Nothing here does I/O. The read-compute-write loop with the 409 retry is
-  in `toolkit.adapter.raise_admission`; a 409 there means "recompute from a
-  fresh read", never "write the old result again".
+- Nothing here does I/O. The read-compute-write loops with the 409 retry are
+  `toolkit.adapter.raise_admission`'s and the admission check's
+  (`controller.writes`); a 409 there means "recompute from a fresh read",
+  never "write the old result again".
+
+`merge_patch_of` is what a raise writes as a JSON merge patch: the fields the
+raise changed, each list sent whole (a merge patch replaces a list: our
+runtime-patch entry goes with every other manager's entry as read), and the
+resourceVersion read as its precondition, which is what makes sending a list
+computed from a copy safe. It needs only the fields the raise reads, so a
+cache's slimmed copy of a TrainJob can be raised without a fresh read.
 
 An adoption (`toolkit adopt`, see `toolkit.history`) may leave a minimum
 for the next A (annotation `admission-minimum`): the raise writes at least
@@ -299,3 +307,32 @@ def raised(
     if unsuspend:
         spec["suspend"] = False
     return out, new
+
+
+def merge_diff(old: Obj, new: Obj) -> Obj:
+    """Pure: the JSON merge patch (RFC 7386) that turns OLD into NEW: a key added or changed is
+    sent, a key removed is sent as null, and a list or value that differs is sent whole."""
+    patch: Obj = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key, _ABSENT)
+        if isinstance(value, dict) and isinstance(before, dict):
+            nested = merge_diff(before, value)
+            if nested:
+                patch[key] = nested
+        elif value != before:
+            patch[key] = value
+    return patch
+
+
+_ABSENT = object()
+
+
+def merge_patch_of(before: Obj, after: Obj) -> Obj:
+    """Pure: what writing AFTER (a raise of BEFORE, `raised`) sends as a JSON merge patch,
+    preconditioned on BEFORE's metadata.resourceVersion (a 409 when the TrainJob moved on since)."""
+    version = (before.get("metadata") or {}).get("resourceVersion")
+    if not version:
+        raise ValueError("a raise is preconditioned on the resourceVersion read: the copy has none")
+    patch = merge_diff(before, after)
+    patch.setdefault("metadata", {})["resourceVersion"] = version
+    return patch

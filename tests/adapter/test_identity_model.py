@@ -55,10 +55,13 @@ adopt reads; docs/adapter.md says what bounds R when it has not).
 
 It runs on the pure core, not the apiserver: the store below is an
 in-memory stand-in that keeps only what the property depends on, the
-resourceVersion precondition of an update (a stale write is refused with
-kube.Conflict). Everything else is the real code: `adapter.raise_admission`
-with `kube.Client.read_modify_write` (the 409 loop), `raising.raised`,
-`adapter.adopt`, the admission check's pass `admission.reconcile_workload`,
+resourceVersion precondition of an update or a merge patch (a stale write is
+refused with kube.Conflict). Everything else is the real code:
+`adapter.raise_admission` with `kube.Client.read_modify_write` (the 409
+loop), `raising.raised`, `adapter.adopt`, the admission check's pass
+`admission.reconcile_workload` with its writes (`controller.writes`, from
+copies of the Workload and the TrainJob as its caches hold them, any
+earlier version, `views`),
 and the controller's own handlers `Detector.pod` and `Detector.jobset` (the
 detection rules, the fresh re-read, the history). The Workload is Kueue's as
 far as the check reads it: a reservation is a new version with our check
@@ -89,7 +92,7 @@ import hypothesis.stateful as stateful
 import hypothesis.strategies as st
 import pytest
 
-from controller import admission, detector, pod_rules
+from controller import admission, detector, pod_rules, views, writes
 from toolkit import adapter, causes, detect, history, kube, marks, names, paths, raising, render, runtime_check
 
 
@@ -130,6 +133,8 @@ class Store(kube.Client):
         # Every version of the Workload so far: what an informer's copy can be when a pass begins
         # (a watch that lags hands it any earlier version).
         self.versions: list[dict] = [copy.deepcopy(self.workload)]
+        # Every version of the TrainJob so far: what the TrainJob informer's copy can be.
+        self.trainjobs: list[dict] = [copy.deepcopy(self.obj)]
 
     @property
     def admitted(self) -> bool:
@@ -211,10 +216,37 @@ class Store(kube.Client):
         if field_manager is not None:
             entries.setdefault(manager, {"manager": manager, "operation": "Update"})["time"] = self.clock()
         self.obj["metadata"]["managedFields"] = list(entries.values())
+        self.trainjobs.append(copy.deepcopy(self.obj))
         return copy.deepcopy(self.obj)
+
+    def merge_patch(self, res, patch, *, name, namespace=None, subresource=None, field_manager=None):
+        """A JSON merge patch: its resourceVersion, when it carries one, is the precondition."""
+        if res == paths.TRAINJOB and self.before_write is not None:
+            hook, self.before_write = self.before_write, None
+            hook()
+        current = self.workload if res == paths.WORKLOAD else self.obj
+        version = (patch.get("metadata") or {}).get("resourceVersion")
+        if version is not None and version != current["metadata"]["resourceVersion"]:
+            if not (res == paths.WORKLOAD and self.refuse_ready):
+                raise kube.Conflict(409, "Conflict", "the object has been modified")
+        merged = _merged(copy.deepcopy(current), patch)
+        merged["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        return self.replace(res, merged, subresource=subresource, field_manager=field_manager)
 
     def event(self, **kw):
         return {}
+
+
+def _merged(target: dict, patch: dict) -> dict:
+    """RFC 7386: PATCH applied to TARGET (a null removes a key, a list replaces the list)."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            target[key] = _merged(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
 
 
 class Identity(stateful.RuleBasedStateMachine):
@@ -335,13 +367,18 @@ class Identity(stateful.RuleBasedStateMachine):
         self.conflicts += raised.conflicts
         self.raises.append(self.step)
 
-    def _pass(self, *, ready_refused: bool = False, seen: dict | None = None) -> admission.Outcome:
+    def _pass(self, *, ready_refused: bool = False, seen: dict | None = None,
+              trainjob: dict | None = None) -> admission.Outcome:
         """The admission check's pass over the Workload (`admission.reconcile_workload`, from a fresh
-        read); `ready_refused`: its Ready write fails after the raise (refused by a policy or a
-        webhook, an error, or the controller stopped between the two writes)."""
+        read, or from SEEN and TRAINJOB: copies its caches hold, as `views` slims them);
+        `ready_refused`: its Ready write fails after the raise (refused by a policy or a webhook, an
+        error, or the controller stopped between the two writes)."""
         self.store.refuse_ready = ready_refused
+        seen = None if seen is None else views.workload_view(seen)
+        trainjob = None if trainjob is None else views.trainjob_view(trainjob)
         try:
-            done = admission.reconcile_workload(self.store, namespace="ns", name="wl", ours={CHECK}, seen=seen)
+            done = admission.reconcile_workload(self.store, namespace="ns", name="wl", ours={CHECK}, seen=seen,
+                                                trainjob=trainjob)
         except kube.Forbidden:  # the approval of a TrainJob not ours (no raise) refused: the worker retries
             assert ready_refused and not marks.is_ours(self.store.obj)
             done = admission.Outcome("refused")
@@ -430,6 +467,14 @@ class Identity(stateful.RuleBasedStateMachine):
         earlier version (a watch that lags), whatever runs now: the copy only says where to look."""
         seen = data.draw(st.sampled_from(self.store.versions), label="the copy")
         self._pass(seen=copy.deepcopy(seen))
+
+    @stateful.rule(data=st.data())
+    def controller_passes_from_stale_copies_of_both(self, data) -> None:
+        """The pass as the controller makes it: from the informers' copies of the Workload and of
+        its TrainJob, each any earlier version; the raise and the Ready are preconditioned on them."""
+        seen = data.draw(st.sampled_from(self.store.versions), label="the Workload's copy")
+        trainjob = data.draw(st.sampled_from(self.store.trainjobs), label="the TrainJob's copy")
+        self._pass(seen=copy.deepcopy(seen), trainjob=copy.deepcopy(trainjob))
 
     @stateful.precondition(lambda self: not self.running and self.store.admitted)
     @stateful.rule()
@@ -988,7 +1033,7 @@ def test_the_model_can_fail_when_the_raised_for_marker_alone_approves(monkeypatc
         found = ((trainjob.get("metadata") or {}).get("annotations") or {}).get(adapter.RAISED_FOR_ANNOTATION)
         return (found or "").startswith(f"{admission.marker(workload)}/")
 
-    monkeypatch.setattr(admission, "raised_here", marker_only)
+    monkeypatch.setattr(writes, "raised_here", marker_only)
     with pytest.raises(AssertionError, match="Ready with A 1, an A an execution already used"):
         _ready_failed_then_resumed_by_hand_trace()
 
@@ -1027,6 +1072,39 @@ def test_the_model_can_fail_when_the_trainjob_comes_from_a_stale_copy_too(monkey
     monkeypatch.setattr(machine.store, "get", stale)
     with pytest.raises(AssertionError, match="Ready with A 1, an A an execution already used"):
         machine._pass(seen=workload)
+
+
+def test_a_cached_trainjob_that_says_already_raised_is_read_fresh_before_the_ready():
+    """Both copies from the caches, the TrainJob's as the raise left it (its marker names this
+    Workload version): the pass does not trust "already raised", reads the TrainJob, finds the
+    start by hand and raises to 2 before its Ready."""
+    machine, workload, raised = _stale_copy_after_a_start_by_hand()
+    done = machine._pass(seen=workload, trainjob=raised)
+    assert (done.action, done.admission) == ("ready", 2)
+    machine.teardown()
+
+
+def test_the_model_can_fail_when_already_raised_is_taken_from_the_cache(monkeypatch):
+    """The shortcut not taken: the read that proves "already raised" answered by the cached copy
+    approves the A the execution used."""
+    machine, workload, raised = _stale_copy_after_a_start_by_hand()
+    monkeypatch.setattr(writes, "_read", lambda client, **kw: views.trainjob_view(copy.deepcopy(raised)))
+    with pytest.raises(AssertionError, match="Ready with A 1, an A an execution already used"):
+        machine._pass(seen=workload, trainjob=raised)
+
+
+def test_a_stale_cached_trainjob_costs_one_409_and_a_raise_from_the_fresh_read():
+    """The TrainJob's copy from before another raise landed: the merge patch computed from it is
+    refused (its resourceVersion), read once fresh, and the raise written from that read: A grows
+    past the other raise's, never repeats it."""
+    machine = Identity()
+    stale = copy.deepcopy(machine.store.obj)
+    machine._raise()  # another raiser's A = 1
+    machine.store.kueue_reserves()
+    done = machine._pass(seen=copy.deepcopy(machine.store.workload), trainjob=stale)
+    assert (done.action, done.admission, done.conflicts) == ("ready", 2, 1)
+    assert raising.counts(machine.store.obj) == raising.Counts(patch=2, floor=2, recorded=2)
+    machine.teardown()
 
 
 def _played(*steps: str | tuple[str, object]) -> Identity:

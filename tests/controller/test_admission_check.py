@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
-from controller import admission
+from controller import admission, views, writes
 from tests.adapter import kit
 from tests.faults import checks
 from tests.controller.conftest import wait_until
-from toolkit import adapter, clusterconfig, kube, paths, raising
+from toolkit import adapter, clusterconfig, kube, names, paths, raising
 
 pytestmark = pytest.mark.cluster
 
@@ -120,10 +120,8 @@ def test_a_crash_after_the_raise_does_not_raise_twice(admin, namespace, start_co
     name = tj["metadata"]["name"]
     wl = kit.create_workload(admin, tj)
     reserved = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
-    adapter.raise_admission(
-        admin, namespace=namespace, name=name,
-        record=lambda tj: (adapter.RAISED_FOR_ANNOTATION, admission.raised_for(reserved, tj)),
-    )
+    writes.raise_for(admin, workload=reserved, trainjob=admin.get(paths.TRAINJOB, name=name, namespace=namespace),
+                     fresh=True)
     start_controller()
     entry = _ready(admin, namespace, wl, check)
     assert entry["message"] == "A raised to 1"
@@ -140,10 +138,8 @@ def test_a_crash_after_the_raise_then_a_changed_workload_raises_again(admin, nam
     name = tj["metadata"]["name"]
     wl = kit.create_workload(admin, tj)
     first = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
-    adapter.raise_admission(
-        admin, namespace=namespace, name=name,
-        record=lambda tj: (adapter.RAISED_FOR_ANNOTATION, admission.raised_for(first, tj)),
-    )
+    writes.raise_for(admin, workload=first, trainjob=admin.get(paths.TRAINJOB, name=name, namespace=namespace),
+                     fresh=True)
     kit.kueue_evict(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     second = kit.kueue_reserve(admin, namespace=namespace, name=wl["metadata"]["name"], check=check)
     assert admission.marker(second) != admission.marker(first)
@@ -200,10 +196,10 @@ def _kueue_writes_the_workload_after_the_raise(client: kube.Client, admin: kube.
     """Slip a write of the Workload (a label, as any writer's update changes its resourceVersion)
     in right after the raise lands, before our Ready: the moment Kueue often takes. `also` runs
     there too."""
-    replace = client.replace
+    patch = client.merge_patch
 
-    def raise_then_kueue(res, obj, **kw):
-        written = replace(res, obj, **kw)
+    def raise_then_kueue(res, body, **kw):
+        written = patch(res, body, **kw)
         if res == paths.TRAINJOB:
             admin.merge_patch(paths.WORKLOAD, {"metadata": {"labels": {"touched": "yes"}}},
                               name=workload, namespace=namespace)
@@ -211,7 +207,7 @@ def _kueue_writes_the_workload_after_the_raise(client: kube.Client, admin: kube.
                 also()
         return written
 
-    client.replace = raise_then_kueue  # type: ignore[method-assign]
+    client.merge_patch = raise_then_kueue  # type: ignore[method-assign]
 
 
 def test_a_workload_write_between_the_raise_and_the_ready_costs_no_second_raise(admin, namespace,
@@ -279,37 +275,152 @@ def test_a_ready_refused_after_the_raise_then_a_start_by_hand_is_never_approved_
                                                                                                         floor=2)
 
 
-def _counting_status_writes(client: kube.Client) -> list[str]:
-    """The resourceVersions of the Workload status writes CLIENT sends, in order."""
-    sent: list[str] = []
-    replace = client.replace
+def _counting_writes(client: kube.Client) -> list[tuple[str, str]]:
+    """(kind, the resourceVersion it is preconditioned on) of every merge patch CLIENT sends, in order."""
+    sent: list[tuple[str, str]] = []
+    patch = client.merge_patch
 
-    def counted(res, obj, **kw):
-        if res == paths.WORKLOAD:
-            sent.append(obj["metadata"]["resourceVersion"])
-        return replace(res, obj, **kw)
+    def counted(res, body, **kw):
+        sent.append((res.kind, (body.get("metadata") or {}).get("resourceVersion")))
+        return patch(res, body, **kw)
 
-    client.replace = counted  # type: ignore[method-assign]
+    client.merge_patch = counted  # type: ignore[method-assign]
     return sent
 
 
-def test_a_workload_written_between_the_raise_and_the_ready_is_read_after_the_raise_without_a_409(
+def _cached(obj: dict, view) -> dict:
+    """OBJ as the controller's cache holds it."""
+    return view(obj)
+
+
+def test_a_workload_written_between_the_raise_and_the_ready_costs_one_409_and_no_second_raise(
         admin, namespace, controller_kubeconfig):
-    """Kueue writes the Workload right after our raise (as it often does): the pass reads the
-    Workload after the raise, so its one Ready lands on the version Kueue left, with no 409 and no
-    second Ready; and the TrainJob is as the raise left it, so the A is the one just raised."""
+    """Kueue writes the Workload right after our raise: the Ready preconditioned on the version the
+    raise was for is refused (409), and the pass, having read the Workload and the TrainJob again
+    (the TrainJob as the raise left it), writes Ready on the version Kueue left, with the same A."""
     check = _check(admin)
     tj = kit.create_trainjob(admin, namespace)
     name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
     seen = kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+    cached = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
     with contextlib.closing(clusterconfig.load(kubeconfig=controller_kubeconfig)) as client:
-        sent = _counting_status_writes(client)
         _kueue_writes_the_workload_after_the_raise(client, admin, namespace=namespace, workload=wl)
-        outcome = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check}, seen=seen)
+        sent = _counting_writes(client)
+        outcome = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check},
+                                               seen=_cached(seen, views.workload_view),
+                                               trainjob=_cached(cached, views.trainjob_view))
     assert (outcome.action, outcome.admission) == ("ready", 1)
-    assert len(sent) == 1 and sent[0] != seen["metadata"]["resourceVersion"]  # the version Kueue left
+    statuses = [version for kind, version in sent if kind == "Workload"]
+    assert len(statuses) == 2 and statuses[0] == seen["metadata"]["resourceVersion"] != statuses[1]
+    assert [kind for kind, _ in sent].count("TrainJob") == 1
     assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["message"] == "A raised to 1"
     assert raising.counts(admin.get(paths.TRAINJOB, name=name, namespace=namespace)) == raising.Counts(patch=1, floor=1)
+
+
+def test_an_admission_from_the_caches_costs_the_runtime_read_the_raise_and_the_ready(
+        admin, namespace, controller_kubeconfig):
+    """The pass from cached copies of the Workload and the TrainJob that are current: three
+    requests in all, the runtime's read, the raise and the Ready, each write preconditioned on the
+    copy it was computed from."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
+    seen = kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+    cached = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
+    with contextlib.closing(clusterconfig.load(kubeconfig=controller_kubeconfig)) as client:
+        sent = _counting_writes(client)
+        before = client.requests
+        outcome = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check},
+                                               seen=_cached(seen, views.workload_view),
+                                               trainjob=_cached(cached, views.trainjob_view))
+        requests = client.requests - before
+    assert (outcome.action, outcome.admission, outcome.conflicts) == ("ready", 1, 0)
+    assert requests == 3
+    assert sent == [("TrainJob", cached["metadata"]["resourceVersion"]), ("Workload", seen["metadata"]["resourceVersion"])]
+    assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["message"] == "A raised to 1"
+
+
+def test_a_stale_cached_trainjob_is_refused_by_its_precondition_and_raised_from_a_fresh_read(
+        admin, namespace, controller_kubeconfig):
+    """The cached TrainJob is older than a raise another writer made (A = 1): the merge patch
+    computed from it is refused (409), the TrainJob read once fresh and raised from that read to
+    2. Without the precondition the copy's A + 1 = 1 would be written again (A repeated)."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
+    stale = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
+    adapter.raise_admission(admin, namespace=namespace, name=name)
+    seen = kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+    with contextlib.closing(clusterconfig.load(kubeconfig=controller_kubeconfig)) as client:
+        outcome = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check},
+                                               seen=_cached(seen, views.workload_view),
+                                               trainjob=_cached(stale, views.trainjob_view))
+    assert (outcome.action, outcome.admission, outcome.conflicts) == ("ready", 2, 1)
+    assert raising.counts(admin.get(paths.TRAINJOB, name=name, namespace=namespace)) == raising.Counts(patch=2, floor=2)
+    assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["message"] == "A raised to 2"
+
+
+def test_a_writer_between_the_cached_read_and_the_raise_keeps_its_runtime_patch(
+        admin, namespace, controller_kubeconfig):
+    """Another manager adds its own runtime-patch entry between the copy the cache holds and our
+    raise. A merge patch sends spec.runtimePatches whole: computed from the copy it would drop that
+    entry, so it is refused (409) and computed again from a fresh read, which keeps both."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
+    seen = kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+    cached = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
+    theirs = {"manager": "example.com/other", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": names.TRAINER_REPLICATED_JOB, "template": {"spec": {"template": {"metadata": {
+            "annotations": {"example.com/team": "a"}}}}}}]}}}}
+
+    def other_writer(tj: dict) -> tuple[dict, None]:
+        tj["spec"]["runtimePatches"] = [*tj["spec"]["runtimePatches"], theirs]
+        return tj, None
+
+    with contextlib.closing(clusterconfig.load(kubeconfig=controller_kubeconfig)) as client:
+        patch = client.merge_patch
+
+        def racing(res, body, **kw):
+            if res == paths.TRAINJOB and not racing.done:  # type: ignore[attr-defined]
+                racing.done = True  # type: ignore[attr-defined]
+                admin.read_modify_write(paths.TRAINJOB, name=name, namespace=namespace, compute=other_writer)
+            return patch(res, body, **kw)
+
+        racing.done = False  # type: ignore[attr-defined]
+        client.merge_patch = racing  # type: ignore[method-assign]
+        outcome = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check},
+                                               seen=_cached(seen, views.workload_view),
+                                               trainjob=_cached(cached, views.trainjob_view))
+    assert (outcome.action, outcome.admission, outcome.conflicts) == ("ready", 1, 1)
+    after = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
+    assert [p["manager"] for p in after["spec"]["runtimePatches"]] == [
+        p["manager"] for p in cached["spec"]["runtimePatches"]] + ["example.com/other"]
+    assert raising.counts(after) == raising.Counts(patch=1, floor=1)
+
+
+def test_a_crash_between_the_raise_and_the_ready_then_a_start_by_hand_is_raised_again_from_the_caches(
+        admin, namespace, controller_kubeconfig):
+    """A pass raised for this Workload version and died before its Ready; the TrainJob was then
+    started by hand and stopped again. The cache still holds the TrainJob as the raise left it,
+    which says "already raised": not trusted, the pass reads it fresh, finds its generation moved
+    and raises to 2. Trusting the copy would approve A = 1, which the start may have used."""
+    check = _check(admin)
+    tj = kit.create_trainjob(admin, namespace)
+    name, wl = tj["metadata"]["name"], kit.create_workload(admin, tj)["metadata"]["name"]
+    seen = kit.kueue_reserve(admin, namespace=namespace, name=wl, check=check)
+    writes.raise_for(admin, workload=seen, trainjob=admin.get(paths.TRAINJOB, name=name, namespace=namespace),
+                     fresh=True)
+    raised = admin.get(paths.TRAINJOB, name=name, namespace=namespace)
+    assert admission.raised_here(raised, seen)
+    kit.set_suspend(admin, namespace, name, False)
+    kit.set_suspend(admin, namespace, name, True)
+    with contextlib.closing(clusterconfig.load(kubeconfig=controller_kubeconfig)) as client:
+        outcome = admission.reconcile_workload(client, namespace=namespace, name=wl, ours={check},
+                                               seen=_cached(seen, views.workload_view),
+                                               trainjob=_cached(raised, views.trainjob_view))
+    assert (outcome.action, outcome.admission) == ("ready", 2)
+    assert kit.check_entry(admin, namespace=namespace, name=wl, check=check)["message"] == "A raised to 2"
 
 
 def test_a_stale_copy_of_the_workload_never_approves_an_a_already_used(admin, namespace, controller_kubeconfig):

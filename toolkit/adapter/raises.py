@@ -51,37 +51,25 @@ def raise_admission(
     namespace: str,
     name: str,
     unsuspend: bool = False,
-    record: tuple[str, str] | Callable[[Obj], tuple[str, str]] | None = None,
-    skip_if: Callable[[Obj], int | None] | None = None,
-    on_conflict: Callable[[], None] | None = None,
     first: Obj | None = None,
     give: Callable[[Obj], Obj] | None = None,
 ) -> Raised:
-    """Raise A on the TrainJob (`raising`) and return the A written.
+    """Raise A on the TrainJob (`raising`) and return the A written: `toolkit open`'s and
+    `release`'s raise (the admission check writes its own, `controller.writes`).
 
-    `skip_if(trainjob)` returning an A means "already done for this
-    purpose, write nothing" (the controller's crash-safe re-run); it is
-    evaluated on every fresh read, like the raise itself. `record` is an
-    (annotation, value) written with the raise, or a function of the
-    TrainJob read that gives it (evaluated on every fresh read too).
-    `give(trainjob)` is what else the same update writes (a derived
-    TrainJob's identity, `toolkit.derive`), applied to every fresh read
-    before the raise.
+    `first` is a copy already read to start from (a 409 reads afresh). `give(trainjob)` is what
+    else the same update writes (a derived TrainJob's identity, `generations.giver`), applied to
+    every fresh read before the raise.
     """
 
     def compute(trainjob: Obj) -> tuple[Obj | None, Raised]:
-        if skip_if is not None:
-            found = skip_if(trainjob)
-            if found is not None:
-                return None, Raised(found, 0, written=False, generation=trainjobs.generation(trainjob))
         if give is not None:
             try:
                 trainjob = give(trainjob)
             except derive.DeriveError as exc:
                 raise trainjobs.AdapterError(str(exc)) from None
         try:
-            mark = record(trainjob) if callable(record) else record
-            new, admission = raising.raised(trainjob, unsuspend=unsuspend, record=mark)
+            new, admission = raising.raised(trainjob, unsuspend=unsuspend)
         except raising.RaiseRefused as exc:
             raise trainjobs.AdapterError(str(exc)) from None
         return new, Raised(admission, 0)
@@ -89,7 +77,7 @@ def raise_admission(
     written: list[Obj] = []
     try:
         result, conflicts = client.read_modify_write(
-            paths.TRAINJOB, name=name, namespace=namespace, compute=compute, on_conflict=on_conflict, first=first,
+            paths.TRAINJOB, name=name, namespace=namespace, compute=compute, first=first,
             field_manager=names.RAISE_FIELD_MANAGER, on_written=written.append,
         )
     except kube.NotFound:
