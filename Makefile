@@ -8,8 +8,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: deps venv release release-registry release-images images controlplane controllers objectstores torch-venv sdk-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
+# The Debian packages, and a Go new enough for the Go modules the builds use (scripts/install-go.sh).
 deps:
 	sh scripts/install-host-packages.sh
+	sh scripts/install-go.sh
 
 # Three distributions, installed editable: the checkpoint fence (fence/: what training images
 # install), the toolkit (the root pyproject.toml: the wheel users install; its `checkpoint` command

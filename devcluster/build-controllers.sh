@@ -52,7 +52,9 @@ case ${1:-controllers} in
   *) echo "build-controllers.sh: unknown set ${1} (controllers, services or tools)" >&2; exit 2 ;;
 esac
 
-command -v go >/dev/null || { echo "build-controllers.sh: go is not installed (need go >= 1.26)" >&2; exit 1; }
+# shellcheck source=scripts/go-path.sh
+. "$(cd "$(dirname "$0")/.." && pwd)/scripts/go-path.sh"
+{ command -v go >/dev/null && go_at_least; } || { echo "build-controllers.sh: no go $GO_MIN or later on PATH (make deps fetches one)" >&2; exit 1; }
 
 cache_root=${DISPATCH_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dispatch-k8s}
 bin_dir=$cache_root/$prefix-$(printf '%s' "$table" | sha256sum | cut -c1-12)/bin

@@ -23,7 +23,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 
-command -v go >/dev/null || { echo "build-controlplane.sh: go is not installed (need go >= 1.26)" >&2; exit 1; }
+# shellcheck source=scripts/go-path.sh
+. "$here/../scripts/go-path.sh"
+{ command -v go >/dev/null && go_at_least; } || { echo "build-controlplane.sh: no go $GO_MIN or later on PATH (make deps fetches one)" >&2; exit 1; }
 
 k8s_version=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' go.mod)
 etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ {print $2; exit}' go.mod)

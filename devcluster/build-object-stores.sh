@@ -31,7 +31,9 @@ fake-gcs-server github.com/fsouza/fake-gcs-server@v1.56.1 .
 fake-gcs-server-1.17.0 github.com/fsouza/fake-gcs-server@v1.17.0 .
 '
 
-command -v go >/dev/null || { echo "build-object-stores.sh: go is not installed (make deps)" >&2; exit 1; }
+# shellcheck source=scripts/go-path.sh
+. "$(cd "$(dirname "$0")/.." && pwd)/scripts/go-path.sh"
+{ command -v go >/dev/null && go_at_least; } || { echo "build-object-stores.sh: no go $GO_MIN or later on PATH (make deps fetches one)" >&2; exit 1; }
 
 cache_root=${DISPATCH_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dispatch-k8s}
 bin_dir=$cache_root/object-stores-$(printf '%s' "$table" | sha256sum | cut -c1-12)/bin
