@@ -1,0 +1,259 @@
+"""The fence as DCP's storage layer (dispatch_fence.dcp_storage.Writer, dispatch_fence.dcp_reader.Reader)
+under torch.distributed.checkpoint.save, async_save and load themselves, with real torch on CPU:
+two gloo ranks started by torchrun (tests/checkpoint/fixtures/dcp_storage_worker.py), a tensor
+sharded across them, into a POSIX root, an s3:// root on the local S3 server and a gs:// root on
+the GCS emulator; the requests counted and timed by the proxy in front of the store
+(tests/checkpoint/proxy.py).
+
+- a save publishes, a load restores bit for bit, and a superseded execution's save is refused
+  on every rank before it writes anything
+- a load reads, on each rank, only the byte ranges torch's own load planner asks that rank for,
+  each by a ranged GET, and nothing of a data file whole
+- an async save returns before its upload ends, training steps run while each rank's file goes
+  up, and LATEST is written only after every rank's upload ended
+- an async save overtaken by a newer execution between its claim and its publish is refused on
+  every rank, and leaves nothing under the root of an object store
+- bad input to the writer and the reader is one line naming the field
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from devcluster import objectstores
+from dispatch_fence import checkpoint
+from tests.checkpoint import kit, proxy, stores
+
+WORKER = kit.REPO / "tests" / "checkpoint" / "fixtures" / "dcp_storage_worker.py"
+
+
+@pytest.fixture(autouse=True)
+def _torchrun_temp_under_the_test(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun leaves a directory per run under TMPDIR: under the test's own temporary directory."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+
+
+@pytest.fixture(params=["s3", "gcs"])
+def store(request: pytest.FixtureRequest) -> objectstores.Server:
+    server: objectstores.Server = request.getfixturevalue(request.param)
+    return server
+
+
+@pytest.fixture
+def proxied(store: objectstores.Server) -> Iterator[tuple[objectstores.Server, proxy.Proxy, dict[str, str]]]:
+    """(the server, a proxy in front of it, the client environment that goes through the proxy)."""
+    key = "AWS_ENDPOINT_URL" if "AWS_ENDPOINT_URL" in store.env else "STORAGE_EMULATOR_HOST"
+    with proxy.Proxy(store.env[key].removeprefix("http://"), drop=lambda method, target: False) as p:
+        yield store, p, {**store.env, key: f"http://{p.address}"}
+
+
+def torchrun(python: str, env: dict[str, str], *args: str, epoch: int | None = None,
+             attempt: str = "") -> subprocess.Popen[str]:
+    full = {**objectstores.clean_env(), **env, "PYTHONPATH": str(kit.REPO / "fence"), "OMP_NUM_THREADS": "1"}
+    if epoch is not None:
+        full.update(kit.env(epoch, attempt))
+    return subprocess.Popen([python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+                             "--nproc-per-node", "2", str(WORKER), *args], env=full, cwd=kit.REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(p: subprocess.Popen[str]) -> tuple[int, list[str], str]:
+    out, err = p.communicate(timeout=600)
+    return p.returncode, sorted(line for line in out.splitlines() if line.startswith("rank ")), err
+
+
+def said(lines: list[str], what: str) -> dict[int, str]:
+    """rank -> the rest of its line `rank R: WHAT ...`."""
+    found = (re.fullmatch(rf"rank (\d): {what} (.*)", line) for line in lines)
+    return {int(m.group(1)): m.group(2) for m in found if m}
+
+
+def refusals(err: str) -> list[str]:
+    return sorted(line for line in err.splitlines() if line.startswith("rank ") and "refused" in line)
+
+
+def saved(name: str) -> list[str]:
+    return [f"rank {r}: saved; LATEST names {name}" for r in (0, 1)]
+
+
+def loaded(name: str) -> list[str]:
+    return [f"rank {r}: loaded {name} bit-exact" for r in (0, 1)]
+
+
+def refused(epoch: int, fence: int, name: str, root: str) -> list[str]:
+    return [f"rank {r}: refused: epoch {epoch} is lower than epoch {fence} ({name}) in {root}: a superseded "
+            "execution's save, refused; nothing published" for r in (0, 1)]
+
+
+def test_a_save_publishes_a_load_restores_and_a_superseded_save_is_refused_on_every_rank(
+        torch_python: str, where: tuple[str, objectstores.Server | None]) -> None:
+    root, server = where
+    env = server.env if server else {}
+    code, lines, err = finish(torchrun(torch_python, env, "save", root, epoch=5, attempt="j.1.0.2.0"))
+    name = checkpoint.name_of(5, 1, "j.1.0.2.0")
+    assert (code, lines) == (0, saved(name)), err[-3000:]
+    code, lines, err = finish(torchrun(torch_python, env, "load", root, "5"))
+    assert (code, [line for line in lines if "loaded" in line]) == (0, loaded(name)), err[-3000:]
+    code, lines, err = finish(torchrun(torch_python, env, "save", root, epoch=4, attempt="j.1.0.1.0"))
+    assert (code, lines, refusals(err)) == (1, [], refused(4, 5, name, root)), err[-3000:]
+    # Refused in the global plan, before any rank wrote: no claim, no staging directory.
+    if server is not None:
+        assert not [k for k in stores.tree(server, root) if "-j.1.0.1.0/" in k]
+        assert stores.latest(server, root).name == name
+    else:
+        assert sorted(p.name for p in pathlib.Path(root).iterdir()) == [".lock", "LATEST", name]
+
+
+def ranges_of(log: list[proxy.Logged]) -> list[tuple[str, int, int]]:
+    """(data file, start, length) of every GET of a DCP data file; AssertionError for one not ranged."""
+    out = []
+    for r in log:
+        found = re.search(r"(__\d+_0\.distcp)", r.target)
+        if r.method != "GET" or not found:
+            continue
+        assert r.range is not None, f"{r.target} was read whole"
+        first, last = map(int, re.fullmatch(r"bytes=(\d+)-(\d+)", r.range).groups())  # type: ignore[union-attr]
+        out.append((found.group(1), first, last - first + 1))
+    return out
+
+
+def covered(spans: list[tuple[str, int, int]]) -> set[tuple[str, int]]:
+    """Every (file, byte) the spans cover."""
+    return {(f, b) for f, start, length in spans for b in range(start, start + length)}
+
+
+def test_each_rank_reads_only_the_byte_ranges_its_load_plan_asks_for(
+        torch_python: str, proxied: tuple[objectstores.Server, proxy.Proxy, dict[str, str]]) -> None:
+    server, p, env = proxied
+    root = server.root()
+    code, lines, err = finish(torchrun(torch_python, server.env, "save", root, "--rows", "4096", epoch=5,
+                                       attempt="j.1.0.1.0"))
+    assert code == 0, err[-3000:]
+    code, lines, err = finish(torchrun(torch_python, env, "load", root, "5", "--rows", "4096"))
+    assert (code, [line for line in lines if "loaded" in line]) == (0, loaded(checkpoint.name_of(5, 1, "j.1.0.1.0"))), \
+        err[-3000:]
+    needs = {r: [tuple(n) for n in json.loads(v)] for r, v in said(lines, "needs").items()}
+    reads = ranges_of(p.log)
+    # Every byte read is one some rank's plan asks for, each rank's bytes are read once, and no more.
+    assert covered(reads) == covered(needs[0]) | covered(needs[1])
+    assert sum(n for _, _, n in reads) == len(covered(needs[0])) + len(covered(needs[1]))
+    # Each rank skips the other's half of the sharded tensor: far from every rank reading every file.
+    sizes = {f: max(s + n for g, s, n in needs[0] + needs[1] if g == f) for f, _, _ in reads}
+    assert sum(n for _, _, n in reads) < 0.75 * 2 * sum(sizes.values()), (reads, sizes)
+
+
+def uploads_of(log: list[proxy.Logged], file: str) -> list[proxy.Logged]:
+    return [r for r in log if r.method in ("PUT", "POST") and file in r.target.replace("%2F", "/")]
+
+
+def test_an_async_save_uploads_while_training_steps_run_and_publishes_after_every_rank(
+        torch_python: str, proxied: tuple[objectstores.Server, proxy.Proxy, dict[str, str]]) -> None:
+    server, p, env = proxied
+    root = server.root()
+    rows = str(96 * 1024)  # 24 MiB of the sharded tensor on each rank
+    code, lines, err = finish(torchrun(torch_python, env, "async", root, "--rows", rows, epoch=6,
+                                       attempt="j.1.0.2.0"))
+    name = checkpoint.name_of(6, 1, "j.1.0.2.0")
+    assert (code, [line for line in lines if "saved" in line]) == (0, saved(name)), err[-3000:]
+    events = {r: json.loads(v) for r, v in said(lines, "events").items()}
+    latest = [r for r in p.log if r.method in ("PUT", "POST") and re.search(r"(/|%2F)LATEST\b", r.target)]
+    assert len(latest) == 1, [r.target for r in p.log]
+    for rank in (0, 1):
+        ups = uploads_of(p.log, f"{name}/__{rank}_0.distcp")
+        assert ups, [r.target for r in p.log]
+        start, end = min(u.started for u in ups), max(u.ended for u in ups)
+        steps = events[rank]["steps"]
+        # async_save returned before this rank's upload ended ...
+        assert events[rank]["returned"] < end, (events[rank]["returned"], start, end)
+        # ... a whole training step ran while it went up ...
+        assert [s for s in steps if start <= s[0] and s[1] <= end], (start, end, steps[:5], steps[-5:])
+        # ... and LATEST went up only after it (and every other rank's) had landed.
+        assert latest[0].started > end
+    code, lines, err = finish(torchrun(torch_python, server.env, "load", root, "6", "--rows", rows))
+    assert (code, [line for line in lines if "loaded" in line]) == (0, loaded(name)), err[-3000:]
+
+
+def wait_for(paths: list[pathlib.Path], p: subprocess.Popen[str], within: float = 300) -> None:
+    deadline = time.monotonic() + within
+    while not all(path.exists() for path in paths):
+        if p.poll() is not None or time.monotonic() > deadline:
+            p.kill()
+            raise AssertionError(f"{[str(x) for x in paths if not x.exists()]} never appeared: "
+                                 f"{p.communicate(timeout=60)[1][-3000:]}")
+        time.sleep(0.1)
+
+
+def test_an_async_save_overtaken_between_its_claim_and_its_publish_is_refused_on_every_rank(
+        torch_python: str, where: tuple[str, objectstores.Server | None], tmp_path: pathlib.Path) -> None:
+    root, server = where
+    env = server.env if server else {}
+    gate = tmp_path / "gate"
+    old = torchrun(torch_python, env, "async", root, "--gate", str(gate), epoch=5, attempt="j.1.0.1.0")
+    try:
+        wait_for([pathlib.Path(f"{gate}.started.{r}") for r in (0, 1)], old)  # planned and claimed; not written
+        code, lines, err = finish(torchrun(torch_python, env, "save", root, epoch=6, attempt="j.1.0.2.0"))
+        assert code == 0, err[-3000:]
+    finally:
+        gate.touch()
+    name = (stores.latest(server, root) if server else checkpoint.latest(root)).name
+    assert name.startswith(checkpoint.name_of(6, 0, "x")[:25])
+    code, lines, err = finish(old)
+    assert (code, [line for line in lines if "saved" in line], refusals(err)) == (1, [], refused(5, 6, name, root)), \
+        err[-3000:]
+    if server is not None:
+        assert not [k for k in stores.tree(server, root) if "-j.1.0.1.0/" in k]
+    else:
+        assert [c.epoch for c in checkpoint.checkpoints(root)] == [6]
+    code, lines, err = finish(torchrun(torch_python, env, "load", root, "6"))
+    assert (code, [line for line in lines if "loaded" in line]) == (0, loaded(name)), err[-3000:]
+
+
+BAD_INPUT = r"""
+import os, sys
+from dispatch_fence import dcp_reader, dcp_storage
+cases = [
+    lambda: dcp_storage.Writer("ftp://bucket/x", epoch=1, attempt="a"),
+    lambda: dcp_storage.Writer("/ckpt", keep=0, epoch=1, attempt="a"),
+    lambda: dcp_storage.Writer("/ckpt", epoch="01", attempt="a"),
+    lambda: dcp_storage.Writer("/ckpt", attempt="a"),
+    lambda: dcp_storage.Writer(3, epoch=1, attempt="a"),
+    lambda: dcp_storage.Writer(epoch=1, attempt="a").set_up_storage_writer(True),
+    lambda: dcp_reader.Reader("s3://").read_metadata(),
+    lambda: dcp_reader.Reader(sys.argv[1]).read_metadata(),
+    lambda: dcp_reader.Reader().read_metadata(),
+]
+for case in cases:
+    try:
+        case()
+        print("accepted")
+    except ValueError as exc:
+        print(f"{type(exc).__name__}: {exc}")
+"""
+
+
+def test_bad_input_to_the_writer_and_the_reader_is_one_line_naming_the_field(
+        torch_python: str, tmp_path: pathlib.Path) -> None:
+    env = {**objectstores.clean_env(), "PYTHONPATH": str(kit.REPO / "fence")}
+    out = subprocess.run([torch_python, "-c", BAD_INPUT, str(tmp_path)], env=env, capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.splitlines() == [
+        "BadInput: root ftp://bucket/x: the scheme 'ftp' is not one of s3://, gs://",
+        "BadInput: keep = 0 must be an int >= 1 (or None: keep every checkpoint)",
+        "BadInput: epoch = '01' is not a canonical decimal (digits, no sign, no leading zero)",
+        "BadInput: DISPATCH_EPOCH is not set: run under the dispatch prologue, or pass epoch=",
+        "BadInput: root must be a path or an s3:// or gs:// URL, found int",
+        "BadInput: root: give Writer(root) or checkpoint_id= to save",
+        "BadInput: root s3:// names no bucket",
+        f"BadInput: {tmp_path} holds no checkpoint yet (no LATEST): nothing to load",
+        "BadInput: where: give Reader(where) or checkpoint_id= to load",
+    ]
