@@ -109,6 +109,25 @@ def test_random_tokens_beyond_the_review_budget_get_429_and_a_known_scraper_stil
     assert ctl.get("/metrics")[0] == 200  # its decision is kept apart from the made-up ones
 
 
+@pytest.mark.cluster
+def test_a_scrape_and_a_probe_get_through_ports_full_of_idle_connections(namespace: str, start_controller) -> None:
+    ctl: ControllerProcess = start_controller(extra=["--max-connections", str(LIMIT),
+                                                     "--connection-seconds", str(SECONDS)])
+    assert ctl.get("/metrics")[0] == 200  # its decision kept: what follows tests the port, not the review
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5)
+            for port in (ctl.metrics_port, ctl.port) for _ in range(5 * LIMIT)]  # TLS never begun; no request
+    try:
+        assert ctl.get("/metrics")[0] == 200
+        assert ctl.get("/healthz") == (200, "ok\n")
+        # A TLS connection closed to make room: its handshake ends there.
+        assert _closed_by_server(idle[0], within=1) < 1
+        # The newest idle ones are closed at their deadline.
+        assert _closed_by_server(idle[-1], within=SECONDS + 2) < SECONDS + 2
+    finally:
+        for sock in idle:
+            sock.close()
+
+
 @pytest.mark.parametrize(("given", "line"), [
     (["--max-connections", "3"], "Error: --max-connections=3: expected a whole number from 4 to 4096"),
     (["--connection-seconds", "0"], "Error: --connection-seconds=0: expected a whole number from 1 to 300"),

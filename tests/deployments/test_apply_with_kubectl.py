@@ -89,7 +89,7 @@ def grants() -> list[tuple[str, str, dict]]:
 def ours(k: Kubectl) -> dict[str, str]:
     """Every object of ours the apiserver holds (of the kinds we ship): kind/namespace/name -> resourceVersion."""
     kinds = ("namespaces,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,deployments,services,"
-             "poddisruptionbudgets,priorityclasses,admissionchecks.kueue.x-k8s.io,configmaps,"
+             "poddisruptionbudgets,networkpolicies,priorityclasses,admissionchecks.kueue.x-k8s.io,configmaps,"
              "mutatingadmissionpolicies,mutatingadmissionpolicybindings")
     got = k("get", kinds, "-A", "-l", OURS, "-o", "json")
     assert got.returncode == 0, got.stderr

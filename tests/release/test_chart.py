@@ -231,7 +231,7 @@ def test_a_bad_value_is_refused(helm: Helm, tgz: str, values: list[str], refusal
 
 def ours(kubectl: list[str]) -> set[str]:
     kinds = ("namespaces,serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,deployments,services,"
-             "poddisruptionbudgets,priorityclasses,admissionchecks.kueue.x-k8s.io,configmaps,"
+             "poddisruptionbudgets,networkpolicies,priorityclasses,admissionchecks.kueue.x-k8s.io,configmaps,"
              "mutatingadmissionpolicies,mutatingadmissionpolicybindings")
     got = subprocess.run([*kubectl, "get", kinds, "-A", "-l", OURS, "-o", "json"], capture_output=True, text=True,
                          timeout=60, check=False)
