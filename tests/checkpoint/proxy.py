@@ -13,7 +13,8 @@ rewritten to the proxy, so the session's requests come through it too. No
 header that a signature covers is changed: SigV4 signs neither `Connection`
 nor `Expect`.
 
-Every request is also logged with its `Range` header and the wall-clock times
+Every request is also logged with its `Range` header, the start of its body
+(a GCS upload names its object there), and the wall-clock times
 (time.time(), comparable with another process's on this machine) its head
 arrived and its response was sent: what a test reads to count ranged reads and
 to order uploads against a training step.
@@ -89,12 +90,13 @@ def _render(first: str, headers: list[tuple[str, str]]) -> bytes:
 
 @dataclass(frozen=True)
 class Logged:
-    """One request as it passed: its method, target and Range header (None: not ranged), and when
-    its head arrived and its response went back (or was dropped)."""
+    """One request as it passed: its method, target, Range header (None: not ranged) and the first
+    4 KiB of its body, and when its head arrived and its response went back (or was dropped)."""
 
     method: str
     target: str
     range: str | None
+    body: bytes
     started: float
     ended: float
 
@@ -171,7 +173,7 @@ class Proxy:
                     if not response:
                         raise
             if lose:
-                self._logged(method, target, fields.get("range"), started)
+                self._logged(method, target, fields.get("range"), body[:4096], started)
                 return  # the server did it; the client never hears
             rhead, rbody = _read_head_from(response)
             status, rheaders = _headers(rhead)
@@ -179,7 +181,7 @@ class Proxy:
             rheaders = [(k, v.replace(server, self.address) if k.lower() == "location" else v)
                         for k, v in rheaders if k.lower() != "connection"]
             conn.sendall(_render(status, rheaders + [("Connection", "close")]) + rbody)
-            self._logged(method, target, fields.get("range"), started)
+            self._logged(method, target, fields.get("range"), body[:4096], started)
         except OSError:
             pass  # the client or the server went away: so does this connection
         finally:
@@ -187,9 +189,9 @@ class Proxy:
                 self._conns.discard(conn)
             conn.close()
 
-    def _logged(self, method: str, target: str, ranged: str | None, started: float) -> None:
+    def _logged(self, method: str, target: str, ranged: str | None, body: bytes, started: float) -> None:
         with self._lock:
-            self.log.append(Logged(method, target, ranged, started, time.time()))
+            self.log.append(Logged(method, target, ranged, body, started, time.time()))
 
     def close(self) -> None:
         with self._lock:
