@@ -8,7 +8,7 @@ import hypothesis
 import hypothesis.strategies as st
 import pytest
 
-from toolkit import names, raising
+from toolkit import history, names, raising
 
 
 def trainjob(*, patch: str | None = "0", floor: str | None = None, suspend: bool = True, other: bool = False) -> dict:
@@ -147,3 +147,48 @@ def test_a_raise_keeps_an_unreadable_history_as_found():
                                         "time": "2026-01-01T00:00:00Z"}]
     new, a = raising.raised(tj)
     assert a == 2 and new["metadata"]["annotations"][history.HISTORY_ANNOTATION] == "{not json"
+
+
+def _merged(target: dict, patch: dict) -> dict:
+    """RFC 7386, as the apiserver applies a merge patch."""
+    out = copy.deepcopy(target)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def test_the_raise_as_a_merge_patch_sends_every_runtime_patch_and_the_version_read():
+    """A merge patch replaces a list whole: the raise's sends spec.runtimePatches with the other
+    manager's entry as read, and the resourceVersion read as its precondition."""
+    tj = trainjob(patch="2", other=True)
+    tj["metadata"]["resourceVersion"] = "41"
+    tj["metadata"]["annotations"][history.MINIMUM_ANNOTATION] = "1"
+    after, admission = raising.raised(tj, record=(names.RAISED_FOR_ANNOTATION, "w/1/2"))
+    patch = raising.merge_patch_of(tj, after)
+    assert admission == 3
+    assert patch["metadata"]["resourceVersion"] == "41"
+    assert [p["manager"] for p in patch["spec"]["runtimePatches"]] == ["someone-else", names.PATCH_MANAGER]
+    assert "suspend" not in patch["spec"]
+    assert _merged(tj, patch) == {**after, "metadata": {**after["metadata"], "resourceVersion": "41"}}
+
+
+def test_a_copy_without_a_resource_version_is_refused_as_a_merge_patch():
+    tj = trainjob()
+    after, _ = raising.raised(tj)
+    with pytest.raises(ValueError, match="preconditioned on the resourceVersion read"):
+        raising.merge_patch_of(tj, after)
+
+
+_VALUES = st.recursive(st.one_of(st.integers(0, 3), st.text(max_size=2), st.lists(st.integers(0, 2), max_size=2)),
+                       lambda inner: st.dictionaries(st.sampled_from("abc"), inner, max_size=3), max_leaves=8)
+_OBJECTS = st.dictionaries(st.sampled_from("abc"), _VALUES, max_size=3)
+
+
+@hypothesis.given(old=_OBJECTS, new=_OBJECTS)
+def test_the_merge_diff_applied_gives_the_new_object(old, new):
+    assert _merged(old, raising.merge_diff(old, new)) == new
