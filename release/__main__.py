@@ -1,6 +1,7 @@
 """`python -m release --registry R --kubectl K [--version V] [--out DIR]` (what `make release` runs):
-build the images, push them to R with podman (as logged in: `podman login R`, or --authfile), and
-write the bundle into DIR (release.bundle), rendered with K's `kustomize` (`make release` passes the
+build the images, write them into the bundle's images archive (an OCI layout), copy them from it to
+R with skopeo (as logged in: `podman login R`, or --authfile), and write the bundle into DIR
+(release.bundle), rendered with K's `kustomize` (`make release` passes the
 kubectl built with the local control plane, devcluster/build-controlplane.sh). It also records the
 release's image references in toolkit/data/release.json (not committed), so that this checkout's
 toolkit, and a wheel built from it, default to the release's sidecar. Exit 2 on bad input, one line."""
@@ -37,10 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     except (bundle.ReleaseError, version.VersionError) as exc:
         print(f"release: {exc}", file=sys.stderr)
         return 2
-    push = images.podman_push(f"docker://{args.registry}/{{name}}:{{tag}}", authfile=args.authfile)
+    push = images.skopeo_push(f"docker://{args.registry}/{{name}}:{{tag}}", authfile=args.authfile)
     try:
         made = bundle.build_release(registry=args.registry, version=args.version, out_dir=args.out, push=push,
-                                    kubectl=args.kubectl)
+                                    kubectl=args.kubectl, images_archive=True)
     except (bundle.ReleaseError, version.VersionError) as exc:
         print(f"release: {exc}", file=sys.stderr)
         return 2

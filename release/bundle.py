@@ -17,6 +17,13 @@ index's own), and writes into OUT_DIR:
                        for what a team changes; its templates are made from these same objects
                        (release/chart.py)
     release.json       version, tag, revision, created, registry, and each image's reference
+    dispatch-k8s-images-VERSION.tar
+                       (with IMAGES_ARCHIVE, as `make release` asks) every image index, its images
+                       and their layers, as one OCI image layout, each index named
+                       `dispatch/NAME:TAG`: what `toolkit mirror` copies into another registry,
+                       digests kept (toolkit/mirror.py). PUSH is then handed each image as
+                       `oci:LAYOUT:dispatch/NAME:TAG` and must copy it as it is
+                       (`images.skopeo_push`), so the digest pinned is the one archived.
     SHA256SUMS         the sha256 of each file above (`sha256sum -c` in OUT_DIR)
 
 Each manifest is `K kustomize` of its part under deployments/k8s/base (K the kubectl the caller
@@ -37,6 +44,8 @@ import json
 import pathlib
 import re
 import subprocess
+import tarfile
+import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,7 +53,7 @@ import yaml
 
 from release import chart, images
 from release import version as versioning
-from toolkit import prologue
+from toolkit import mirror, prologue
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BASE = REPO / "deployments" / "k8s" / "base"
@@ -53,9 +62,8 @@ MONITORING = REPO / "deployments" / "monitoring"
 # Output file -> the kustomize part it renders.
 PARTS = {"controller.yaml": "controller", "dispatcher.yaml": "dispatcher", "sidecar-rbac.yaml": "sidecar"}
 SOURCE_TAG = "unreleased"
-# REGISTRY: a host[:port] with an optional path, lower case as OCI repository names are.
-REGISTRY = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*")
-DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+REGISTRY = mirror.REGISTRY  # host[:port][/path], lower case
+DIGEST = mirror.DIGEST
 LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 VERSION_LABEL = "app.kubernetes.io/version"
 
@@ -183,7 +191,7 @@ def render(part: str, docs: list[dict[str, Any]], *, build: versioning.Build) ->
 
 def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, kubectl: pathlib.Path,
                   version: str | None = None, local_images: Mapping[str, str] | None = None,
-                  workdir: pathlib.Path | None = None) -> Release:
+                  workdir: pathlib.Path | None = None, images_archive: bool = False) -> Release:
     """Build, push and render the release of this checkout's HEAD into OUT_DIR (see the module docstring).
 
     VERSION names it instead of the derived version. LOCAL_IMAGES (name -> a local image) skips
@@ -202,18 +210,59 @@ def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, kubectl: 
     missing = set(images.NAMES) - set(local_images)
     if missing:
         raise ReleaseError(f"local_images: no image for {', '.join(sorted(missing))}")
-    references = {name: pinned(registry, name, build.tag, push(local_images[name], images.repository(name), build.tag))
-                  for name in images.NAMES}
-    files = write(out_dir, build=build, registry=registry, references=references, kubectl=kubectl)
+    extra = {}
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".layout-") as tmp:
+        # With the archive, every push is from the layout, byte for byte: the digest pinned is the
+        # digest archived, and `toolkit mirror` copies the same bytes on.
+        layout = pathlib.Path(tmp)
+        sources = save_layout(layout, local_images=local_images, tag=build.tag) if images_archive else local_images
+        references = {name: pinned(registry, name, build.tag, push(sources[name], images.repository(name), build.tag))
+                      for name in images.NAMES}
+        if images_archive:
+            name = mirror.archive_name(build.version)
+            extra[name] = tar_layout(layout, out_dir / name, mtime=_created(build))
+    files = write(out_dir, build=build, registry=registry, references=references, kubectl=kubectl, extra=extra)
     return Release(build=build, registry=registry, references=references, files=files)
 
 
+def _created(build: versioning.Build) -> int:
+    """The commit's time, as every file of the release is stamped with it."""
+    return int(datetime.datetime.strptime(build.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp())
+
+
+def save_layout(layout: pathlib.Path, *, local_images: Mapping[str, str], tag: str) -> dict[str, str]:
+    """LOCAL_IMAGES written into one OCI image layout at LAYOUT, each named dispatch/NAME:TAG;
+    answers name -> its source for a push from the layout (`oci:LAYOUT:dispatch/NAME:TAG`)."""
+    save = images.podman_push(f"oci:{layout}:{{name}}:{{tag}}")
+    for name, local in sorted(local_images.items()):
+        save(local, images.repository(name), tag)
+    return {name: f"oci:{layout}:{images.repository(name)}:{tag}" for name in local_images}
+
+
+def tar_layout(layout: pathlib.Path, path: pathlib.Path, *, mtime: int) -> pathlib.Path:
+    """The layout at LAYOUT as the tar PATH: sorted, owned by root, every time MTIME."""
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for member in sorted(layout.rglob("*")):
+            info = tar.gettarinfo(member, arcname=str(member.relative_to(layout)))
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = mtime
+            info.mode = 0o755 if member.is_dir() else 0o644
+            if member.is_file():
+                with member.open("rb") as f:
+                    tar.addfile(info, f)
+            else:
+                tar.addfile(info)
+    return path
+
+
 def write(out_dir: pathlib.Path, *, build: versioning.Build, registry: str, references: Mapping[str, str],
-          kubectl: pathlib.Path) -> dict[str, pathlib.Path]:
+          kubectl: pathlib.Path, extra: Mapping[str, pathlib.Path] | None = None) -> dict[str, pathlib.Path]:
     """The bundle's files for images pushed as REFERENCES (what `build_release` writes once they are):
-    the manifests, the chart, release.json and SHA256SUMS. Output file name -> its path."""
+    the manifests, the chart, release.json and SHA256SUMS, which lists EXTRA's files too (already
+    written into OUT_DIR). Output file name -> its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    files: dict[str, pathlib.Path] = {}
+    files: dict[str, pathlib.Path] = dict(extra or {})
     parts = {part: objects(part, build=build, references=references, kubectl=kubectl) for part in PARTS.values()}
     for filename, part in PARTS.items():
         files[filename] = out_dir / filename
@@ -223,7 +272,7 @@ def write(out_dir: pathlib.Path, *, build: versioning.Build, registry: str, refe
                            registry=registry, references=references)
     except chart.ChartError as exc:
         raise ReleaseError(f"the chart: {exc}") from exc
-    stamp = int(datetime.datetime.strptime(build.created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp())
+    stamp = _created(build)
     files[chart.filename(build.version)] = out_dir / chart.filename(build.version)
     files[chart.filename(build.version)].write_bytes(chart.archive(made, mtime=stamp))
     meta = {"version": build.version, "tag": build.tag, "revision": build.revision, "created": build.created,

@@ -6,7 +6,8 @@ and the local cluster build), tagged `localhost/dispatch/NAME:TAG` in local stor
 the standard OCI labels: version, revision, source, licenses, created (the commit's time, so the
 labels of a rebuilt commit are the same), title.
 
-`podman_push(DESTINATION)` is a push for release.bundle: `podman push --digestfile` to
+`skopeo_push(DESTINATION)` is the push of a release with its images archive: each image copied
+from the archive's layout as it is. `podman_push(DESTINATION)` is a push for release.bundle: `podman push --digestfile` to
 DESTINATION formatted with the repository name and the tag, for example
 `docker://127.0.0.1:5000/{name}:{tag}` or, in a test, `dir:/tmp/out/{name}`; it answers the digest
 of the manifest it pushed.
@@ -21,6 +22,7 @@ import tomllib
 from collections.abc import Callable
 
 from release import contexts, version
+from toolkit import mirror
 
 NAMES = ("controller", "dispatcher", "sidecar", "test-driver")
 LICENSE = "Apache-2.0"
@@ -117,3 +119,22 @@ def inspect_labels(image: str) -> dict[str, str]:
         raise RuntimeError(f"{image}: {done.stderr.strip()}")
     return dict(json.loads(done.stdout) or {})
 
+
+
+
+def skopeo_push(destination: str, *, authfile: str | None = None, cert_dir: str | None = None,
+                tls_verify: bool = True) -> Callable[[str, str, str], str]:
+    """A release.bundle.Push for images in an OCI layout (`oci:LAYOUT:REF`): each is copied, with
+    every image of an index, to DESTINATION.format(name=..., tag=...) byte for byte (toolkit.mirror's
+    copy), and the digest answered is the layout's."""
+
+    def push(source: str, name: str, tag: str) -> str:
+        target = destination.format(name=name, tag=tag)
+        if target.startswith("dir:"):
+            pathlib.Path(target.removeprefix("dir:")).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return mirror.skopeo_copy(source, target, authfile=authfile, cert_dir=cert_dir, tls_verify=tls_verify)
+        except (mirror.CopyError, mirror.MirrorError) as exc:
+            raise RuntimeError(f"skopeo copy {source}: {exc}") from exc
+
+    return push

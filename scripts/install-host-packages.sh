@@ -9,7 +9,7 @@ PACKAGES="
   podman runc uidmap
   containernetworking-plugins iptables
   debootstrap musl-tools dpkg-dev build-essential
-  qemu-user-static
+  qemu-user-static skopeo
   git ca-certificates openssl curl
   python3 python3-venv
 "

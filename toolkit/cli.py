@@ -73,6 +73,8 @@ _TABLE: dict[str, tuple[str, str]] = {
         "The dispatch TrainJobs of a namespace (or of all, -A): state, mode, the A last written, executions recorded, the high-water mark of R and the foreign flag."),
     "adopt": ("toolkit.cli_cluster:adopt_cmd",
         "Clear the foreign flag of TRAINJOB after a person has judged it: the causes and REASON go into its history, the flag's annotations and label are removed, the current JobSet UID is recorded, and the next execution's R is set above the high-water mark (a running TrainJob is held in plain mode, re-queued through the check in Kueue mode)."),
+    "mirror": ("toolkit.cli_mirror:mirror_cmd",
+        "Copy a release's images into REGISTRY, digests kept, and write its manifests for REGISTRY."),
     "completion": ("toolkit.cli_completion:completion_cmd",
         "Print the completion script for SHELL."),
 }

@@ -68,7 +68,7 @@ LAYERS: dict[str, Layer] = {
                            "toolkit.informer", "toolkit.kubecontext"), below=("core",)),
     # The domain's operations on the outside world: on a cluster through the client, on images through Docker.
     "operations": Layer(modules=("toolkit.adapter", "toolkit.adapter.*", "toolkit.admission_checks",
-                                 "toolkit.listing", "toolkit.image_check"),
+                                 "toolkit.listing", "toolkit.image_check", "toolkit.mirror"),
                         below=("core", "domain", "kube")),
     # The shells on top: none imports another.
     "cli": Layer(modules=("toolkit.cli", "toolkit.cli_*"), below=_UNDER_THE_SHELLS),

@@ -18,47 +18,19 @@ import json
 import pathlib
 import re
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
 from devcluster import harness, local
-from release import bundle, contexts, images, version
+from release import bundle, images, version
+from tests.release.conftest import REGISTRY, REPO, TAG, VERSION
 
 pytestmark = [pytest.mark.cluster, pytest.mark.images]
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-REGISTRY = "registry.test:5000/team"
-VERSION = "0.1.0+gtest"
-TAG = "0.1.0-gtest"
 # For a release refused before anything is rendered: no kubectl runs.
 NO_KUBECTL = pathlib.Path("/nonexistent/kubectl")
-
-
-@pytest.fixture(scope="module")
-def local_images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    build = version.describe(REPO, version=VERSION)
-    built = {}
-    try:
-        for name in images.NAMES:
-            built[name] = contexts.build("test-driver", tag=f"localhost/dispatch-release-test/{name}:{TAG}",
-                                         workdir=tmp_path_factory.mktemp(name),
-                                         labels=images.labels(build, name=name, repo=REPO))
-        yield built
-    finally:
-        for image in built.values():
-            contexts.remove(image)
-
-
-@pytest.fixture(scope="module")
-def made(local_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[bundle.Release, pathlib.Path]:
-    pushed = tmp_path_factory.mktemp("pushed")
-    release = bundle.build_release(registry=REGISTRY, version=VERSION, out_dir=tmp_path_factory.mktemp("out"),
-                                   push=images.podman_push(f"dir:{pushed}/{{name}}"), local_images=local_images,
-                                   kubectl=local.kubectl())
-    return release, pushed
 
 
 def documents(path: pathlib.Path) -> list[dict[str, Any]]:
@@ -69,10 +41,10 @@ def test_the_bundle_has_one_manifest_per_part_the_chart_and_its_sums(made: tuple
     release, _ = made
     out = release.files["SHA256SUMS"].parent
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
-        "SHA256SUMS", "controller.yaml", f"dispatch-k8s-{VERSION}.tgz", "dispatcher.yaml", "release.json",
-        "sidecar-rbac.yaml"]
+        "SHA256SUMS", "controller.yaml", f"dispatch-k8s-{VERSION}.tgz", f"dispatch-k8s-images-{VERSION}.tar",
+        "dispatcher.yaml", "release.json", "sidecar-rbac.yaml"]
     checked = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=out, capture_output=True, text=True)
-    assert checked.returncode == 0 and checked.stdout.count(": OK") == 5, checked.stdout
+    assert checked.returncode == 0 and checked.stdout.count(": OK") == 6, checked.stdout
     meta = json.loads(release.files["release.json"].read_text())
     assert (meta["version"], meta["tag"], meta["registry"]) == (VERSION, TAG, REGISTRY)
     assert meta["images"] == release.references and set(meta["images"]) == set(images.NAMES)
