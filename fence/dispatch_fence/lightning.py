@@ -19,7 +19,15 @@ The path Lightning passes (ModelCheckpoint's dirpath and filename) is not
 used: the fence names checkpoints. `remove_checkpoint` does nothing:
 retention is `keep`, which never removes what LATEST names. `load_checkpoint`
 takes a Checkpoint's path (what `resume_path` returns) and reads the file in
-it, downloading it from an object store.
+it, downloading it from an object store, with torch.load's `weights_only` as
+Lightning passes it (`trainer.fit(..., weights_only=...)`): None leaves torch's
+default, as Lightning's own CheckpointIO does (True since torch 2.6: a
+checkpoint holding an object of a class torch does not allow is refused).
+
+Sharded checkpoints: Lightning's FSDPStrategy writes a sharded checkpoint with
+torch.distributed.checkpoint itself, not through the CheckpointIO, and its
+Trainer refuses the strategy without a GPU; with `state_dict_type="full"` it
+gathers the checkpoint and saves it through this plugin on rank 0.
 
 Needs lightning (and torch); not dependencies of the package. An integration,
 above the roots: it publishes and reads through dispatch_fence.roots (and
@@ -72,7 +80,7 @@ class CheckpointIO(_Base):
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
         path = os.fspath(path)
         if not model.is_url(path):
-            return torch.load(os.path.join(path, FILE), map_location=map_location, weights_only=False)  # type: ignore[no-any-return]
+            return _load(os.path.join(path, FILE), map_location, weights_only)
         from dispatch_fence import objectstore
 
         name = path.rstrip("/").rsplit("/", 1)[1]
@@ -82,7 +90,7 @@ class CheckpointIO(_Base):
         local = tempfile.mkdtemp(prefix="dispatch-fence-")
         try:
             objectstore.download(found, local)
-            return torch.load(os.path.join(local, FILE), map_location=map_location, weights_only=False)  # type: ignore[no-any-return]
+            return _load(os.path.join(local, FILE), map_location, weights_only)
         finally:
             shutil.rmtree(local, ignore_errors=True)
 
@@ -93,3 +101,8 @@ class CheckpointIO(_Base):
         """The path of the checkpoint LATEST names, for `trainer.fit(ckpt_path=...)`; None before the first."""
         found = roots.latest(self.root)
         return found.path if found is not None else None
+
+
+def _load(file: str, map_location: Any, weights_only: bool | None) -> dict[str, Any]:
+    """torch.load, `weights_only` passed on as given (None: torch's default)."""
+    return torch.load(file, map_location=map_location, weights_only=weights_only)  # type: ignore[no-any-return]

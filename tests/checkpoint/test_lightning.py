@@ -6,7 +6,17 @@ that resumes from what LATEST names and saves every 2 steps through the plugin.
 An execution (epoch 5) trains 4 steps and publishes twice; its replacement
 (epoch 6) resumes at step 4 with exactly the weights it ended with, trains to 6
 and publishes; a run of the superseded execution (epoch 5) then saves and is
-refused (exit 1, one line), and LATEST still names the replacement's step 6.
+refused (exit 1, one line), and LATEST still names the replacement's step 6. The
+replacement loads what it resumes from with torch's default `weights_only` (what
+Lightning passes when `trainer.fit` is not told otherwise).
+
+The plugin's load passes `weights_only` on to torch.load as given: a checkpoint
+holding an object of a class torch does not allow is refused with None (torch's
+default) and True, and loads whole with False, from every kind of root.
+
+Lightning's FSDP strategy, whose sharded checkpoints do not go through a
+CheckpointIO, is refused by Lightning's Trainer without a GPU: this machine's
+torch has none, so the test holds that refusal (docs/checkpoint.md says it).
 """
 
 from __future__ import annotations
@@ -55,3 +65,48 @@ def test_a_replacement_resumes_what_was_published_and_the_superseded_save_is_ref
     assert found is not None and found.name == newest
     names = [c.name for c in checkpoint.checkpoints(root)]
     assert names == [checkpoint.name_of(5, 2, "j.1.0.1.0"), newest]  # keep=2, nothing of the refused save
+
+
+LOAD = """\
+import pickle, sys, torch
+from dispatch_fence import lightning as fenced
+
+class Opaque:  # a class torch's weights_only unpickler does not allow
+    pass
+
+io = fenced.CheckpointIO(sys.argv[1])
+io.save_checkpoint({"state_dict": {"w": torch.ones(2)}, "extra": Opaque()}, "ignored.ckpt")
+for weights_only in (None, True, False):
+    try:
+        loaded = io.load_checkpoint(io.resume_path(), weights_only=weights_only)
+    except pickle.UnpicklingError:
+        print(f"{weights_only}: refused")
+    else:
+        print(f"{weights_only}: {type(loaded['extra']).__name__} {loaded['state_dict']['w'].tolist()}")
+"""
+
+
+def test_the_load_honours_weights_only(torch_python: str, where: tuple[str, objectstores.Server | None]) -> None:
+    root, server = where
+    env = {**objectstores.clean_env(), **(server.env if server else {}), **kit.env(3, "j.1.0.1.0"),
+           "PYTHONPATH": str(kit.REPO / "fence"), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([torch_python, "-c", LOAD, root], env=env, cwd=kit.REPO, capture_output=True, text=True,
+                         timeout=600, check=False)
+    assert (out.returncode, out.stdout.splitlines()) == (0, ["None: refused", "True: refused",
+                                                             "False: Opaque [1.0, 1.0]"]), out.stderr[-3000:]
+
+
+FSDP = """\
+import lightning as L
+try:
+    L.Trainer(accelerator="cpu", devices=2, strategy="fsdp")
+except ValueError as exc:
+    print(exc)
+"""
+
+
+def test_lightning_refuses_its_fsdp_strategy_without_a_gpu(torch_python: str) -> None:
+    out = subprocess.run([torch_python, "-c", FSDP], env={**objectstores.clean_env(), "CUDA_VISIBLE_DEVICES": ""},
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("The strategy `fsdp` requires a GPU accelerator, but received `accelerator='cpu'`")
