@@ -12,12 +12,26 @@
 # interpreter, and a stamp written last marks it complete. A venv holding a
 # package the constraints do not pin is refused.
 #
+# `build-torch-venv.sh lowest` makes the same venv at the lowest versions
+# fence/pyproject.toml's extras allow, pinned by devcluster/torch-lowest-constraints.txt, for the
+# suites that run the fence's integrations at both ends of their ranges.
+#
 # Prints the venv's python on stdout as its last line; progress goes to stderr.
 # Env: DISPATCH_K8S_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/dispatch-k8s).
 set -euo pipefail
 
-pins='torch==2.15.0 numpy==2.4.6 obstore==0.12.1 google-cloud-storage==3.17.1 lightning==2.6.6 transformers==5.25.0 accelerate==1.16.0'
-constraints=$(cd "$(dirname "$0")" && pwd)/torch-constraints.txt
+here=$(cd "$(dirname "$0")" && pwd)
+case ${1:-pinned} in
+  pinned)
+    pins='torch==2.15.0 numpy==2.4.6 obstore==0.12.1 google-cloud-storage==3.17.1 lightning==2.6.6 transformers==5.25.0 accelerate==1.16.0'
+    constraints=$here/torch-constraints.txt ;;
+  lowest)
+    pins='torch==2.4.0 numpy==1.26.4 obstore==0.12.1 google-cloud-storage==3.17.1 lightning==2.4.0 transformers==4.46.1 accelerate==1.0.0'
+    constraints=$here/torch-lowest-constraints.txt ;;
+  *)
+    echo "build-torch-venv.sh: the set is pinned or lowest, not $1" >&2
+    exit 2 ;;
+esac
 
 # shellcheck source=devcluster/cached-venv.sh
 . "$(dirname "$0")/cached-venv.sh"
