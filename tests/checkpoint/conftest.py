@@ -36,12 +36,22 @@ def server_without_conditional_writes(request: pytest.FixtureRequest) -> Iterato
 BUILD_TORCH = pathlib.Path(__file__).resolve().parents[2] / "devcluster" / "build-torch-venv.sh"
 
 
+def _torch_venv(*args: str) -> str:
+    out = subprocess.run(["bash", str(BUILD_TORCH), *args], capture_output=True, text=True, timeout=1800, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.splitlines()[-1]
+
+
 @pytest.fixture(scope="module")
 def torch_python() -> str:
     """The python of the cached torch virtualenv (devcluster/build-torch-venv.sh builds it once)."""
-    out = subprocess.run(["bash", str(BUILD_TORCH)], capture_output=True, text=True, timeout=1800, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout.splitlines()[-1]
+    return _torch_venv()
+
+
+@pytest.fixture(scope="module")
+def torch_lowest_python() -> str:
+    """The same at the lowest versions the fence's extras allow (build-torch-venv.sh lowest)."""
+    return _torch_venv("lowest")
 
 
 @pytest.fixture(scope="module")

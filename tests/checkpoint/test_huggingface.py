@@ -11,6 +11,10 @@ until the test lets it go on.
 - Late: an execution (epoch 5) publishes step 2 and stalls; its replacement (epoch 6) resumes at
   step 2 and publishes step 4; the stalled one then trains on and saves, and that save is refused
   (exit 1, one line): LATEST still names the replacement's, and nothing of the late save is left.
+
+Both run with the pinned versions on every kind of root, and at the lowest versions the
+`huggingface` extra allows (devcluster/build-torch-venv.sh lowest) on a POSIX root: the callback
+uses the same Trainer API at both ends. A run of more than one process is refused.
 """
 
 from __future__ import annotations
@@ -69,8 +73,22 @@ def latest(server: objectstores.Server | None, root: str) -> checkpoint.Checkpoi
 
 def test_a_preempted_run_is_resumed_from_what_it_published(
         torch_python: str, where: tuple[str, objectstores.Server | None], tmp_path: pathlib.Path) -> None:
-    root, server = where
-    old = start(torch_python, server, root, 8, tmp_path / "a", epoch=5, attempt=OLD, hold=True)
+    preempted_and_resumed(torch_python, *where, tmp_path)
+
+
+def test_a_stalled_runs_late_save_is_refused(
+        torch_python: str, where: tuple[str, objectstores.Server | None], tmp_path: pathlib.Path) -> None:
+    stalled_and_refused(torch_python, *where, tmp_path)
+
+
+def test_at_the_lowest_versions_the_extra_allows_a_run_resumes_and_a_late_save_is_refused(
+        torch_lowest_python: str, tmp_path: pathlib.Path) -> None:
+    preempted_and_resumed(torch_lowest_python, str(tmp_path / "root"), None, tmp_path / "preempted")
+    stalled_and_refused(torch_lowest_python, str(tmp_path / "root2"), None, tmp_path / "stalled")
+
+
+def preempted_and_resumed(python: str, root: str, server: objectstores.Server | None, tmp_path: pathlib.Path) -> None:
+    old = start(python, server, root, 8, tmp_path / "a", epoch=5, attempt=OLD, hold=True)
     try:
         lines = read_until_published(old, 4)
     finally:
@@ -80,7 +98,7 @@ def test_a_preempted_run_is_resumed_from_what_it_published(
     published = [line.split()[1] for line in lines if line.startswith("published ")]
     assert published == [checkpoint.name_of(5, s, OLD) for s in (1, 2)]
 
-    code, new_lines, err = finish(start(torch_python, server, root, 6, tmp_path / "b", epoch=6, attempt=NEW))
+    code, new_lines, err = finish(start(python, server, root, 6, tmp_path / "b", epoch=6, attempt=NEW))
     assert code == 0, err[-3000:]
     assert new_lines[0] == f"start at step 4 weights {weights_of(lines[-1])}"  # resumed bit for bit
     newest = checkpoint.name_of(6, 3, NEW)
@@ -90,13 +108,11 @@ def test_a_preempted_run_is_resumed_from_what_it_published(
     assert not any((tmp_path / "b").glob("checkpoint-*"))  # moved into the root or uploaded, none left behind
 
 
-def test_a_stalled_runs_late_save_is_refused(
-        torch_python: str, where: tuple[str, objectstores.Server | None], tmp_path: pathlib.Path) -> None:
-    root, server = where
-    old = start(torch_python, server, root, 4, tmp_path / "a", epoch=5, attempt=OLD, hold=True)
+def stalled_and_refused(python: str, root: str, server: objectstores.Server | None, tmp_path: pathlib.Path) -> None:
+    old = start(python, server, root, 4, tmp_path / "a", epoch=5, attempt=OLD, hold=True)
     try:
         lines = read_until_published(old, 2)
-        code, new_lines, err = finish(start(torch_python, server, root, 4, tmp_path / "b", epoch=6, attempt=NEW))
+        code, new_lines, err = finish(start(python, server, root, 4, tmp_path / "b", epoch=6, attempt=NEW))
         assert code == 0, err[-3000:]
         assert new_lines[0] == f"start at step 2 weights {weights_of(lines[-1])}"
         newest = checkpoint.name_of(6, 2, NEW)

@@ -14,6 +14,10 @@ The plugin's load passes `weights_only` on to torch.load as given: a checkpoint
 holding an object of a class torch does not allow is refused with None (torch's
 default) and True, and loads whole with False, from every kind of root.
 
+The replacement and the load also run at the lowest versions the `lightning`
+extra allows (devcluster/build-torch-venv.sh lowest), on a POSIX root; there
+torch's default loads whole.
+
 Lightning's FSDP strategy, whose sharded checkpoints do not go through a
 CheckpointIO, is refused by Lightning's Trainer without a GPU: this machine's
 torch has none, so the test holds that refusal (docs/checkpoint.md says it).
@@ -43,20 +47,28 @@ def run(python: str, server: objectstores.Server | None, root: str, steps: int, 
 
 def test_a_replacement_resumes_what_was_published_and_the_superseded_save_is_refused(
         torch_python: str, where: tuple[str, objectstores.Server | None], tmp_path: pathlib.Path) -> None:
-    root, server = where
-    code, lines, err = run(torch_python, server, root, 4, tmp_path / "a", epoch=5, attempt="j.1.0.1.0")
+    replaced_and_refused(torch_python, *where, tmp_path)
+
+
+def test_at_the_lowest_versions_the_extra_allows_a_replacement_resumes_and_the_superseded_save_is_refused(
+        torch_lowest_python: str, tmp_path: pathlib.Path) -> None:
+    replaced_and_refused(torch_lowest_python, str(tmp_path / "root"), None, tmp_path)
+
+
+def replaced_and_refused(python: str, root: str, server: objectstores.Server | None, tmp_path: pathlib.Path) -> None:
+    code, lines, err = run(python, server, root, 4, tmp_path / "a", epoch=5, attempt="j.1.0.1.0")
     assert code == 0, err[-3000:]
     end = next(line for line in lines if line.startswith("end at step 4 weights "))
     assert [line for line in lines if line.startswith("published ")] == [
         f"published {checkpoint.name_of(5, s, 'j.1.0.1.0')}" for s in (1, 2)]
 
-    code, lines, err = run(torch_python, server, root, 6, tmp_path / "b", epoch=6, attempt="j.1.0.2.0")
+    code, lines, err = run(python, server, root, 6, tmp_path / "b", epoch=6, attempt="j.1.0.2.0")
     assert code == 0, err[-3000:]
     assert lines[0] == "start at step 4 weights " + end[len("end at step 4 weights "):]  # resumed bit for bit
     newest = checkpoint.name_of(6, 3, "j.1.0.2.0")
     assert [line for line in lines if line.startswith("published ")] == [f"published {newest}"]
 
-    code, lines, err = run(torch_python, server, root, 8, tmp_path / "c", epoch=5, attempt="j.1.0.1.0")
+    code, lines, err = run(python, server, root, 8, tmp_path / "c", epoch=5, attempt="j.1.0.1.0")
     assert code == 1 and [line for line in lines if line.startswith("published ")] == []
     refused = [line for line in err.splitlines() if line.startswith("refused: ")]
     assert refused == [f"refused: epoch 5 is lower than epoch 6 ({newest}) in {root}: a superseded execution's "
@@ -87,13 +99,23 @@ for weights_only in (None, True, False):
 
 
 def test_the_load_honours_weights_only(torch_python: str, where: tuple[str, objectstores.Server | None]) -> None:
-    root, server = where
+    assert load(torch_python, *where) == ["None: refused", "True: refused", "False: Opaque [1.0, 1.0]"]
+
+
+def test_at_the_lowest_versions_none_is_torchs_default_there(torch_lowest_python: str,
+                                                             tmp_path: pathlib.Path) -> None:
+    # torch 2.4 loads whole by default (weights_only=False), with a FutureWarning
+    assert load(torch_lowest_python, str(tmp_path / "root"), None) == [
+        "None: Opaque [1.0, 1.0]", "True: refused", "False: Opaque [1.0, 1.0]"]
+
+
+def load(python: str, root: str, server: objectstores.Server | None) -> list[str]:
     env = {**objectstores.clean_env(), **(server.env if server else {}), **kit.env(3, "j.1.0.1.0"),
            "PYTHONPATH": str(kit.REPO / "fence"), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([torch_python, "-c", LOAD, root], env=env, cwd=kit.REPO, capture_output=True, text=True,
+    out = subprocess.run([python, "-c", LOAD, root], env=env, cwd=kit.REPO, capture_output=True, text=True,
                          timeout=600, check=False)
-    assert (out.returncode, out.stdout.splitlines()) == (0, ["None: refused", "True: refused",
-                                                             "False: Opaque [1.0, 1.0]"]), out.stderr[-3000:]
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.splitlines()
 
 
 FSDP = """\
