@@ -54,6 +54,8 @@ REOPEN_PER_SECOND = 50  # the attacker's pace at reopening what the controller c
 SETTINGS = settings_mod.Settings()  # the release sets none of these three: the defaults hold
 SPARE_THREADS = 8
 ADMISSION_SECONDS = 180.0
+START_SECONDS = 900.0
+ATTACK_SECONDS = 900.0
 # A random token gets 401 (reviewed) or 429 (over the review budget); a connection the controller
 # closed to make room for a newer one, or refused at its cap, fails on the client's side.
 ANSWERS_TO_RANDOM_TOKENS = {"401", "429", "ConnectionResetError", "RemoteDisconnected", "SSLError",
@@ -197,6 +199,9 @@ def admitted(workload: dict[str, Any], check: str) -> bool:
     return conditions.get("Admitted") == "True" and states.get(check) == "Ready"
 
 
+# pytest-timeout's bound (it counts the module's cluster too): the node slot waited for, the images
+# built and the cluster started, the attack.
+@pytest.mark.timeout(local.NODE_WAIT_SECONDS + START_SECONDS + ATTACK_SECONDS)
 def test_idle_connections_and_random_tokens_leave_the_leader_serving(released: stack_mod.Stack) -> None:
     ours = released.ours
     leader = ours.leader()
@@ -229,7 +234,7 @@ def test_idle_connections_and_random_tokens_leave_the_leader_serving(released: s
                     released.check_alive()
                     time.sleep(0.5)
                 waiting = [(w.get("status") or {}).get("admissionChecks") for w in workloads(api, namespace)]
-                answers = codes.result(timeout=600)
+                answers = codes.result(timeout=ATTACK_SECONDS - ADMISSION_SECONDS)
                 tokens_sent = time.monotonic() - started
             scraper = [metrics_mod.scrape(metrics_port, token=reader, host=ip)[0]]
             # Past the decision's lifetime the scraper's token is reviewed again, outside the budget.
