@@ -215,7 +215,8 @@ class Writer(StorageWriter):
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         assert self.root is not None
         metadata.storage_data = {r.index: r.storage_data for rank in results for r in rank}
-        metadata.version = torch_fs.CURRENT_DCP_VERSION
+        if hasattr(torch_fs, "CURRENT_DCP_VERSION"):  # the format's version, where this torch has one
+            metadata.version = torch_fs.CURRENT_DCP_VERSION
         blob = pickle.dumps(metadata)
         if self._pending is not None:
             objectstore.add(self.root, self._pending.checkpoint.name, [(METADATA, blob)])

@@ -165,7 +165,7 @@ def test_an_async_save_uploads_while_training_steps_run_and_publishes_after_ever
         torch_python: str, proxied: tuple[objectstores.Server, proxy.Proxy, dict[str, str]]) -> None:
     server, p, env = proxied
     root = server.root()
-    rows = str(96 * 1024)  # 24 MiB of the sharded tensor on each rank
+    rows = str(96 * 1024)  # 12 MiB of the sharded tensor on each rank
     code, lines, err = finish(torchrun(torch_python, env, "async", root, "--rows", rows, epoch=6,
                                        attempt="j.1.0.2.0"))
     name = checkpoint.name_of(6, 1, "j.1.0.2.0")
