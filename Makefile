@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv release release-registry release-images images controlplane controllers objectstores torch-venv sdk-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
+.PHONY: deps venv tools release release-registry release-images images controlplane controllers objectstores torch-venv sdk-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
 
 # The Debian packages, and a Go new enough for the Go modules the builds use (scripts/install-go.sh).
 deps:
@@ -29,15 +29,16 @@ images: venv
 	bash scripts/build-images.sh
 
 # The release bundle (release/, docs/install.md): builds the controller, dispatcher, sidecar and
-# test-driver images for linux/amd64 and linux/arm64, pushes each as one OCI image index to
-# REGISTRY (podman, as logged in there) and writes one install manifest per part and the Helm
-# chart into OUT, every image as REGISTRY/dispatch/NAME:TAG@sha256:DIGEST (the index's), rendered
-# with the kubectl built with the control plane (the release finds none of its own).
+# test-driver images for linux/amd64 and linux/arm64, writes each as one OCI image index into the
+# images archive and copies it from there to REGISTRY (skopeo, as logged in there with podman), and
+# writes one install manifest per part and the Helm chart into OUT, every image as
+# REGISTRY/dispatch/NAME:TAG@sha256:DIGEST (the index's), rendered with kustomize built from its
+# module (no Kubernetes build).
 #   make release REGISTRY=HOST[:PORT][/PATH] [VERSION=0.1.0] [OUT=dist/release]
 OUT ?= dist/release
-release: release-registry venv images controlplane
-	kubectl=$$($(PY) -c 'from devcluster import local; print(local.kubectl())'); \
-	$(PY) -m release --registry '$(REGISTRY)' --kubectl "$$kubectl" --out '$(OUT)' $(if $(VERSION),--version '$(VERSION)')
+release: release-registry venv images tools
+	kustomize=$$($(PY) -c 'from devcluster import local; print(local.kustomize())'); \
+	$(PY) -m release --registry '$(REGISTRY)' --kustomize "$$kustomize" --out '$(OUT)' $(if $(VERSION),--version '$(VERSION)')
 
 # Checked before anything is built.
 release-registry:
@@ -53,10 +54,13 @@ controlplane: deps
 	bash devcluster/build-controlplane.sh
 
 # The Trainer, JobSet and Kueue controllers and the node's runtime, the cluster's services, and
-# helm (tests/release/test_chart.py), each built from its Go module (devcluster/build-controllers.sh).
-controllers: deps
+# the tools, each built from its Go module (devcluster/build-controllers.sh).
+controllers: deps tools
 	bash devcluster/build-controllers.sh
 	bash devcluster/build-controllers.sh services
+
+# helm (tests/release/test_chart.py) and kustomize (what renders the release's manifests).
+tools: deps
 	bash devcluster/build-controllers.sh tools
 
 # The S3 and GCS servers the checkpoint fence is tested and benched against (devcluster/objectstores.py).

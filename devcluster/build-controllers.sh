@@ -44,6 +44,7 @@ registry github.com/distribution/distribution/v3@v3.1.2 ./cmd/registry
 '
 tools='
 helm helm.sh/helm/v4@v4.3.2 ./cmd/helm
+kustomize sigs.k8s.io/kustomize/kustomize/v5@v5.8.1 .
 '
 case ${1:-controllers} in
   controllers) table=$controllers prefix=e2e ;;

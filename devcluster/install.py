@@ -147,10 +147,12 @@ def install(running: Any, prepared: Prepared, *, out_dir: pathlib.Path, controll
     """Push PREPARED's images, render the bundle into OUT_DIR and apply its controller part on
     RUNNING (a local.start Stack), unless not CONTROLLER: a cluster without Kueue cannot take it
     (the AdmissionCheck API), and the dispatcher's suite needs only the images and dispatcher.yaml."""
+    from devcluster import local  # which imports this module
+
     registry = running.node.registry
     start = time.monotonic()
     made = bundle.build_release(registry=registry.name, out_dir=out_dir, push=registry.push,
-                                version=prepared.build.version, kubectl=kubectl(running),
+                                version=prepared.build.version, kustomize=local.kustomize(),
                                 local_images=prepared.local_images)
     built, pushed = prepared.build_seconds, time.monotonic() - start
     applied = apply(running, made, "controller.yaml") if controller else ""

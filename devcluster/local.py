@@ -104,6 +104,12 @@ def kubectl() -> pathlib.Path:
     return harness.binary(KUBECTL, harness.build_binaries())
 
 
+def kustomize() -> pathlib.Path:
+    """The kustomize built from its module (build-controllers.sh tools, a no-op when cached): the one
+    that renders the release's manifests (`make release`, the local cluster's install, the tests)."""
+    return stack_mod.build_binaries("tools") / "kustomize"
+
+
 def services_bin() -> pathlib.Path:
     """Run build-controllers.sh for the cluster's services (CoreDNS, the registry); their bin dir."""
     return stack_mod.build_binaries("services")

@@ -1,8 +1,8 @@
-"""`python -m release --registry R --kubectl K [--version V] [--out DIR]` (what `make release` runs):
+"""`python -m release --registry R --kustomize K [--version V] [--out DIR]` (what `make release` runs):
 build the images, write them into the bundle's images archive (an OCI layout), copy them from it to
 R with skopeo (as logged in: `podman login R`, or --authfile), and write the bundle into DIR
-(release.bundle), rendered with K's `kustomize` (`make release` passes the
-kubectl built with the local control plane, devcluster/build-controlplane.sh). It also records the
+(release.bundle), rendered with `K build` (`make release` passes the kustomize built from its
+module, devcluster/build-controllers.sh tools: no Kubernetes build). It also records the
 release's image references in toolkit/data/release.json (not committed), so that this checkout's
 toolkit, and a wheel built from it, default to the release's sidecar. Exit 2 on bad input, one line."""
 
@@ -23,25 +23,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", default=None, help="the release's version (default: derived, release.version)")
     parser.add_argument("--out", default="dist/release", type=pathlib.Path, help="output directory")
     parser.add_argument("--authfile", default=None, help="podman's auth file for the registry")
-    parser.add_argument("--kubectl", default=None, type=pathlib.Path,
-                        help="the kubectl whose kustomize renders the manifests (required; make release passes "
-                             "the one built with the local control plane)")
+    parser.add_argument("--kustomize", default=None, type=pathlib.Path,
+                        help="the kustomize that renders the manifests (required; make release passes "
+                             "the one built from its module, devcluster/build-controllers.sh tools)")
     args = parser.parse_args(argv)
     try:
         bundle.check_registry(args.registry)
         if args.version is not None:
             version.oci_tag(args.version)
-        if args.kubectl is None:
-            raise bundle.ReleaseError("--kubectl is required: the kubectl whose kustomize renders the manifests")
-        if not (args.kubectl.is_file() and os.access(args.kubectl, os.X_OK)):
-            raise bundle.ReleaseError(f"--kubectl {args.kubectl}: not an executable file")
+        if args.kustomize is None:
+            raise bundle.ReleaseError("--kustomize is required: the kustomize that renders the manifests")
+        if not (args.kustomize.is_file() and os.access(args.kustomize, os.X_OK)):
+            raise bundle.ReleaseError(f"--kustomize {args.kustomize}: not an executable file")
     except (bundle.ReleaseError, version.VersionError) as exc:
         print(f"release: {exc}", file=sys.stderr)
         return 2
     push = images.skopeo_push(f"docker://{args.registry}/{{name}}:{{tag}}", authfile=args.authfile)
     try:
         made = bundle.build_release(registry=args.registry, version=args.version, out_dir=args.out, push=push,
-                                    kubectl=args.kubectl, images_archive=True)
+                                    kustomize=args.kustomize, images_archive=True)
     except (bundle.ReleaseError, version.VersionError) as exc:
         print(f"release: {exc}", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """The release bundle: one install manifest per part, every image pinned by digest.
 
-    build_release(registry=R, version=V, out_dir=D, push=P, kubectl=K)
+    build_release(registry=R, version=V, out_dir=D, push=P, kustomize=K)
 
 builds the images (release.images: each an OCI image index of its amd64 and arm64 images), hands
 each to PUSH, which pushes it wherever it must go and answers the digest it was pushed under (an
@@ -26,8 +26,8 @@ index's own), and writes into OUT_DIR:
                        (`images.skopeo_push`), so the digest pinned is the one archived.
     SHA256SUMS         the sha256 of each file above (`sha256sum -c` in OUT_DIR)
 
-Each manifest is `K kustomize` of its part under deployments/k8s/base (K the kubectl the caller
-names; the release finds none of its own), with every string that is exactly a source reference
+Each manifest is `K build` of its part under deployments/k8s/base (K the kustomize the caller
+names, built from its module: devcluster/build-controllers.sh tools), with every string that is exactly a source reference
 (`dispatch/NAME:unreleased`, in an image field or an env value alike) replaced by
 REGISTRY/dispatch/NAME:TAG@sha256:DIGEST, and `app.kubernetes.io/version: TAG` on every object.
 The references are always written with REGISTRY, whatever PUSH pushed to (a local cluster pushes
@@ -101,12 +101,12 @@ def check_registry(registry: str) -> str:
     return registry
 
 
-def kustomize(part: str, *, kubectl: pathlib.Path) -> list[dict[str, Any]]:
-    """The objects `kubectl kustomize` renders from deployments/k8s/base/PART."""
-    done = subprocess.run([str(kubectl), "kustomize", str(BASE / part)], capture_output=True, text=True,
+def kustomize_build(part: str, *, kustomize: pathlib.Path) -> list[dict[str, Any]]:
+    """The objects `kustomize build` (KUSTOMIZE) renders from deployments/k8s/base/PART."""
+    done = subprocess.run([str(kustomize), "build", str(BASE / part)], capture_output=True, text=True,
                           timeout=120, check=False)
     if done.returncode != 0:
-        raise ReleaseError(f"kubectl kustomize {part}: {done.stderr.strip()}")
+        raise ReleaseError(f"kustomize build {part}: {done.stderr.strip()}")
     return [_cluster_scoped(d) for d in yaml.safe_load_all(done.stdout) if d]
 
 
@@ -160,10 +160,10 @@ def with_prologue(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def objects(part: str, *, build: versioning.Build, references: Mapping[str, str],
-            kubectl: pathlib.Path) -> list[dict[str, Any]]:
+            kustomize: pathlib.Path) -> list[dict[str, Any]]:
     """PART's objects: kustomized, pinned, the prologue written in, labelled with the version."""
     sources = {source_reference(name): ref for name, ref in references.items()}
-    docs = [with_prologue(_substitute(d, sources)) for d in kustomize(part, kubectl=kubectl)]
+    docs = [with_prologue(_substitute(d, sources)) for d in kustomize_build(part, kustomize=kustomize)]
     for doc in docs:
         doc.setdefault("metadata", {}).setdefault("labels", {})[VERSION_LABEL] = build.tag
         for image in _images_named(doc):
@@ -189,15 +189,15 @@ def render(part: str, docs: list[dict[str, Any]], *, build: versioning.Build) ->
     return head + yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)
 
 
-def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, kubectl: pathlib.Path,
+def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, kustomize: pathlib.Path,
                   version: str | None = None, local_images: Mapping[str, str] | None = None,
                   workdir: pathlib.Path | None = None, images_archive: bool = False) -> Release:
     """Build, push and render the release of this checkout's HEAD into OUT_DIR (see the module docstring).
 
     VERSION names it instead of the derived version. LOCAL_IMAGES (name -> a local image) skips
-    the builds with images already built for this release. KUBECTL renders the manifests (its
-    `kustomize`); the caller names it (`make release` and the local cluster: the one built with
-    the control plane)."""
+    the builds with images already built for this release. KUSTOMIZE renders the manifests; the
+    caller names it (`make release` and the local cluster: the one built from its module,
+    devcluster.local.kustomize)."""
     check_registry(registry)
     build = versioning.describe(REPO, version=version)
     if not LABEL_VALUE.fullmatch(build.tag) or len(build.tag) > 63:
@@ -221,7 +221,7 @@ def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, kubectl: 
         if images_archive:
             name = mirror.archive_name(build.version)
             extra[name] = tar_layout(layout, out_dir / name, mtime=_created(build))
-    files = write(out_dir, build=build, registry=registry, references=references, kubectl=kubectl, extra=extra)
+    files = write(out_dir, build=build, registry=registry, references=references, kustomize=kustomize, extra=extra)
     return Release(build=build, registry=registry, references=references, files=files)
 
 
@@ -257,13 +257,13 @@ def tar_layout(layout: pathlib.Path, path: pathlib.Path, *, mtime: int) -> pathl
 
 
 def write(out_dir: pathlib.Path, *, build: versioning.Build, registry: str, references: Mapping[str, str],
-          kubectl: pathlib.Path, extra: Mapping[str, pathlib.Path] | None = None) -> dict[str, pathlib.Path]:
+          kustomize: pathlib.Path, extra: Mapping[str, pathlib.Path] | None = None) -> dict[str, pathlib.Path]:
     """The bundle's files for images pushed as REFERENCES (what `build_release` writes once they are):
     the manifests, the chart, release.json and SHA256SUMS, which lists EXTRA's files too (already
     written into OUT_DIR). Output file name -> its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, pathlib.Path] = dict(extra or {})
-    parts = {part: objects(part, build=build, references=references, kubectl=kubectl) for part in PARTS.values()}
+    parts = {part: objects(part, build=build, references=references, kustomize=kustomize) for part in PARTS.values()}
     for filename, part in PARTS.items():
         files[filename] = out_dir / filename
         files[filename].write_text(render(part, parts[part], build=build))

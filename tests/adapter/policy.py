@@ -27,7 +27,7 @@ OPTED_IN = {names.IDENTITY_NAMESPACE_LABEL: names.IDENTITY_NAMESPACE_VALUE}
 
 def rendered() -> dict[str, dict[str, Any]]:
     """Kind -> the policy, its binding and its parameter, from the controller's release manifest."""
-    docs = bundle.kustomize("controller", kubectl=local.kubectl())
+    docs = bundle.kustomize_build("controller", kustomize=local.kustomize())
     found = {d["kind"]: bundle.with_prologue(d) for d in docs if d["metadata"]["name"] == "dispatch-identity"}
     assert set(found) == {"ConfigMap", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}, sorted(found)
     return found

@@ -131,7 +131,7 @@ def test_without_its_parameter_nothing_is_created_unwrapped(admin: kube.Client, 
 
 def test_the_unrendered_parameter_fails_closed() -> None:
     # The kustomize base's placeholder, run where the prologue would run: nothing of the command runs.
-    (param,) = [d for d in bundle.kustomize("controller", kubectl=local.kubectl())
+    (param,) = [d for d in bundle.kustomize_build("controller", kustomize=local.kustomize())
                 if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "dispatch-identity"]
     assert param["data"]["prologue"] != policy.rendered()["ConfigMap"]["data"]["prologue"]
     done = subprocess.run(["/bin/sh", "-c", param["data"]["prologue"], "dispatch-prologue", "echo", "ran"],

@@ -74,7 +74,7 @@ def test_no_rule_admits_everyone_or_a_port_the_probes_alone_use() -> None:
 
 @pytest.fixture(scope="module")
 def rendered() -> list[dict[str, Any]]:
-    return bundle.kustomize("controller", kubectl=local.kubectl())
+    return bundle.kustomize_build("controller", kustomize=local.kustomize())
 
 
 def test_the_release_carries_the_policy_into_the_controller_s_namespace(rendered: list[dict[str, Any]]) -> None:

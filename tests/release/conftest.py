@@ -39,5 +39,5 @@ def made(local_images: dict[str, str], tmp_path_factory: pytest.TempPathFactory)
     pushed = tmp_path_factory.mktemp("pushed")
     release = bundle.build_release(registry=REGISTRY, version=VERSION, out_dir=tmp_path_factory.mktemp("out"),
                                    push=images.skopeo_push(f"dir:{pushed}/{{name}}"), local_images=local_images,
-                                   kubectl=local.kubectl(), images_archive=True)
+                                   kustomize=local.kustomize(), images_archive=True)
     return release, pushed

@@ -1,5 +1,5 @@
 """The release bundle (release/bundle.py), made by `build_release` with real images pushed by
-podman and rendered by the real `kubectl kustomize`, then applied with `kubectl apply --server-side
+podman and rendered by the real `kustomize build`, then applied with `kubectl apply --server-side
 -f` on a control plane of its own (with the Trainer, JobSet and Kueue CRDs). The chart it writes
 beside the manifests is tested with helm in test_chart.py.
 
@@ -29,8 +29,8 @@ from tests.release.conftest import REGISTRY, REPO, TAG, VERSION
 
 pytestmark = [pytest.mark.cluster, pytest.mark.images]
 
-# For a release refused before anything is rendered: no kubectl runs.
-NO_KUBECTL = pathlib.Path("/nonexistent/kubectl")
+# For a release refused before anything is rendered: no kustomize runs.
+NO_KUSTOMIZE = pathlib.Path("/nonexistent/kustomize")
 
 
 def documents(path: pathlib.Path) -> list[dict[str, Any]]:
@@ -123,18 +123,30 @@ def test_the_bundle_applies_server_side_and_again_unchanged(made: tuple[bundle.R
         assert got.stdout == release.references["controller"], got.stderr
 
 
-def test_a_bad_registry_version_or_kubectl_is_refused_in_one_line(tmp_path: pathlib.Path) -> None:
+def test_the_standalone_kustomize_renders_each_part_as_kubectl_kustomize_does() -> None:
+    """The release renders with kustomize built from its module (no Kubernetes build); a user who
+    applies deployments/k8s/base with `kubectl apply -k` gets the same objects."""
+    kubectl = harness.binary(local.KUBECTL, harness.build_binaries())
+    for part in bundle.PARTS.values():
+        by_kubectl = subprocess.run([str(kubectl), "kustomize", str(bundle.BASE / part)], capture_output=True,
+                                    text=True, timeout=120, check=True)
+        by_kustomize = subprocess.run([str(local.kustomize()), "build", str(bundle.BASE / part)], capture_output=True,
+                                      text=True, timeout=120, check=True)
+        assert by_kustomize.stdout == by_kubectl.stdout, part
+
+
+def test_a_bad_registry_version_or_kustomize_is_refused_in_one_line(tmp_path: pathlib.Path) -> None:
     for registry in ("Registry.Test", "http://r.test", "r.test/", ""):
         with pytest.raises(bundle.ReleaseError, match=r"^registry .*: must be a host\[:port\]\[/path\]"):
             bundle.build_release(registry=registry, out_dir=tmp_path, push=lambda *a: "", local_images={},
-                                 kubectl=NO_KUBECTL)
+                                 kustomize=NO_KUSTOMIZE)
     with pytest.raises(version.VersionError, match=r"^version '1\.0 beta': must match"):
         bundle.build_release(registry=REGISTRY, version="1.0 beta", out_dir=tmp_path, push=lambda *a: "",
-                             local_images={}, kubectl=NO_KUBECTL)
+                             local_images={}, kustomize=NO_KUSTOMIZE)
     for args, first in ((["--registry", "Bad"], "release: registry 'Bad'"),
-                        (["--registry", REGISTRY], "release: --kubectl is required"),
-                        (["--registry", REGISTRY, "--kubectl", str(NO_KUBECTL)],
-                         f"release: --kubectl {NO_KUBECTL}: not an executable file")):
+                        (["--registry", REGISTRY], "release: --kustomize is required"),
+                        (["--registry", REGISTRY, "--kustomize", str(NO_KUSTOMIZE)],
+                         f"release: --kustomize {NO_KUSTOMIZE}: not an executable file")):
         done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "release", *args],
                               capture_output=True, text=True, cwd=REPO)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and done.stderr.startswith(first), done.stderr
@@ -143,4 +155,4 @@ def test_a_bad_registry_version_or_kubectl_is_refused_in_one_line(tmp_path: path
 def test_a_push_that_answers_no_digest_fails_the_release(local_images: dict[str, str], tmp_path: pathlib.Path) -> None:
     with pytest.raises(bundle.ReleaseError, match=r"^push of controller: answered 'sha256:xyz', not a digest"):
         bundle.build_release(registry=REGISTRY, version=VERSION, out_dir=tmp_path, push=lambda *a: "sha256:xyz",
-                             local_images=local_images, kubectl=NO_KUBECTL)
+                             local_images=local_images, kustomize=NO_KUSTOMIZE)

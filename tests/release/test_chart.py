@@ -67,7 +67,7 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, pathli
     references = {name: f"{REGISTRY}/{images.repository(name)}:{TAG}@sha256:{hashlib.sha256(name.encode()).hexdigest()}"
                   for name in images.NAMES}
     files = bundle.write(tmp_path_factory.mktemp("release"), build=build, registry=REGISTRY, references=references,
-                         kubectl=local.kubectl())
+                         kustomize=local.kustomize())
     return files, references
 
 
@@ -285,7 +285,7 @@ def test_the_chart_s_files_are_its_source_and_the_templates_of_each_part() -> No
 def test_a_version_that_is_not_semver_is_refused(tmp_path: pathlib.Path) -> None:
     with pytest.raises(bundle.ReleaseError, match=r"^version '0\.2\.0rc1': the chart's version, which must be SemVer 2"):
         bundle.build_release(registry=REGISTRY, version="0.2.0rc1", out_dir=tmp_path, push=lambda *a: "",
-                             local_images={}, kubectl=pathlib.Path("/nonexistent/kubectl"))
+                             local_images={}, kustomize=pathlib.Path("/nonexistent/kustomize"))
 
 
 def test_the_archive_is_the_same_bytes_for_the_same_files() -> None:

@@ -1,5 +1,5 @@
 """The release as `make release` makes it (release.bundle.build_release: release.images.build_all,
-then podman_push) pushed to a registry on this machine's loopback (distribution's `registry`, the
+the images archive, then skopeo_push from it) pushed to a registry on this machine's loopback (distribution's `registry`, the
 one the local cluster runs, over plain HTTP on 127.0.0.1): every image of the release is one OCI
 image index of an amd64 and an arm64 image, as `podman manifest inspect` of the pushed reference
 lists it, and the digest each manifest pins is the sha256 of the index the registry serves.
@@ -85,9 +85,9 @@ def release(registry: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         patch.setattr(contexts, "build", build)
         try:
             yield bundle.build_release(registry=registry, version=VERSION, out_dir=tmp_path_factory.mktemp("out"),
-                                       push=images.podman_push(f"docker://{registry}/{{name}}:{{tag}}",
+                                       push=images.skopeo_push(f"docker://{registry}/{{name}}:{{tag}}",
                                                                tls_verify=False),
-                                       kubectl=local.kubectl())
+                                       kustomize=local.kustomize(), images_archive=True)
         finally:
             for name in images.NAMES:
                 contexts.podman("manifest", "rm", images.local_index(name, TAG))
