@@ -14,12 +14,14 @@ until the test lets it go on.
 
 Both run with the pinned versions on every kind of root, and at the lowest versions the
 `huggingface` extra allows (devcluster/build-torch-venv.sh lowest) on a POSIX root: the callback
-uses the same Trainer API at both ends. A run of more than one process is refused.
+uses the same Trainer API at both ends. A run of more than one process is refused. The example of
+docs/checkpoint.md's "Hugging Face Trainer" runs as written on the local S3 server.
 """
 
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 
 from devcluster import objectstores
@@ -166,3 +168,45 @@ def test_a_run_of_more_than_one_process_is_refused_before_the_first_step(torch_p
     assert sorted(out.stdout.splitlines()) == [
         f"{rank}: world_size is 2: dispatch_fence.huggingface publishes from one process only (1)" for rank in (0, 1)]
     assert not (tmp_path / "root").exists()
+
+
+EXAMPLE_MODEL = """\
+import torch, transformers
+config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                  num_attention_heads=2, num_key_value_heads=2)
+model = transformers.LlamaForCausalLM(config)
+ids = torch.randint(0, 32, (16, 8), generator=torch.Generator().manual_seed(0))
+data = [{"input_ids": row, "labels": row} for row in ids]
+"""
+EXAMPLE_REPORT = """
+print([c.name for c in fence.published], trainer.state.global_step)
+"""
+
+
+def example() -> str:
+    text = (kit.REPO / "docs" / "checkpoint.md").read_text()
+    section = text[text.index("\n## Hugging Face Trainer\n"):]
+    found = re.search(r"```python\n(.*?)```", section[:section.index("\n## ", 1)], re.S)
+    assert found, "the Hugging Face Trainer section lost its example"
+    return found.group(1)
+
+
+def test_the_docs_example_runs_as_written(torch_python: str, s3: objectstores.Server) -> None:
+    # The example's root is s3://training/llama-ft and its directories /tmp/out and /tmp/resume.
+    s3.add_bucket("training")
+    env = {**objectstores.clean_env(), **s3.env, "PYTHONPATH": str(kit.REPO / "fence"), "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1"}
+    outputs = []
+    try:
+        for epoch, attempt in ((3, OLD), (4, NEW)):
+            out = subprocess.run([torch_python, "-c", EXAMPLE_MODEL + example() + EXAMPLE_REPORT],
+                                 env={**env, **kit.env(epoch, attempt)}, capture_output=True, text=True, timeout=600,
+                                 check=False)
+            assert out.returncode == 0, out.stderr[-3000:]
+            outputs.append(out.stdout.splitlines()[-1])
+    finally:
+        subprocess.run(["rm", "-rf", "/tmp/out", "/tmp/resume"], check=True)
+    first = checkpoint.name_of(3, 1, OLD)
+    # the first trains 3 epochs of 2 steps and publishes at the end; the second resumes there, done
+    assert outputs == [f"['{first}'] 6", "[] 6"]
+    assert stores.latest(s3, "s3://training/llama-ft").name == first
