@@ -225,7 +225,13 @@ def test_an_async_save_overtaken_between_its_claim_and_its_publish_is_refused_on
 
 BAD_INPUT = r"""
 import os, sys
-from dispatch_fence import dcp_reader, dcp_storage
+from torch.distributed.checkpoint.planner import SavePlan
+from dispatch_fence import dcp_reader, dcp_storage, model
+top = sys.argv[1]
+junk, empty = (os.path.join(top, f"ckpt-0000000000000000001-00000{n}-a") for n in (1, 2))
+for d in (junk, empty):
+    os.makedirs(d)
+open(os.path.join(junk, ".metadata"), "wb").write(b"junk")
 cases = [
     lambda: dcp_storage.Writer("ftp://bucket/x", epoch=1, attempt="a"),
     lambda: dcp_storage.Writer("/ckpt", keep=0, epoch=1, attempt="a"),
@@ -233,15 +239,19 @@ cases = [
     lambda: dcp_storage.Writer("/ckpt", attempt="a"),
     lambda: dcp_storage.Writer(3, epoch=1, attempt="a"),
     lambda: dcp_storage.Writer(epoch=1, attempt="a").set_up_storage_writer(True),
+    lambda: dcp_storage.Writer("/ckpt", epoch=1, attempt="a").set_up_storage_writer(True, use_collectives=False),
+    lambda: dcp_storage.Writer("/ckpt", epoch=1, attempt="a").write_data(SavePlan([]), None),
     lambda: dcp_reader.Reader("s3://").read_metadata(),
-    lambda: dcp_reader.Reader(sys.argv[1]).read_metadata(),
+    lambda: dcp_reader.Reader(top).read_metadata(),
     lambda: dcp_reader.Reader().read_metadata(),
+    lambda: dcp_reader.Reader(junk).read_metadata(),
+    lambda: dcp_reader.Reader(empty).read_metadata(),
 ]
 for case in cases:
     try:
         case()
         print("accepted")
-    except ValueError as exc:
+    except model.CheckpointError as exc:
         print(f"{type(exc).__name__}: {exc}")
 """
 
@@ -249,9 +259,11 @@ for case in cases:
 def test_bad_input_to_the_writer_and_the_reader_is_one_line_naming_the_field(
         torch_python: str, tmp_path: pathlib.Path) -> None:
     env = {**objectstores.clean_env(), "PYTHONPATH": str(kit.REPO / "fence")}
-    out = subprocess.run([torch_python, "-c", BAD_INPUT, str(tmp_path)], env=env, capture_output=True, text=True,
+    top = tmp_path / "root"
+    out = subprocess.run([torch_python, "-c", BAD_INPUT, str(top)], env=env, capture_output=True, text=True,
                          timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
+    junk, empty = (top / f"ckpt-0000000000000000001-00000{n}-a" for n in (1, 2))
     assert out.stdout.splitlines() == [
         "BadInput: root ftp://bucket/x: the scheme 'ftp' is not one of s3://, gs://",
         "BadInput: keep = 0 must be an int >= 1 (or None: keep every checkpoint)",
@@ -259,7 +271,11 @@ def test_bad_input_to_the_writer_and_the_reader_is_one_line_naming_the_field(
         "BadInput: DISPATCH_EPOCH is not set: run under the dispatch prologue, or pass epoch=",
         "BadInput: root must be a path or an s3:// or gs:// URL, found int",
         "BadInput: root: give Writer(root) or checkpoint_id= to save",
+        "BadInput: use_collectives=False: the fence publishes once, after every rank wrote",
+        "BadInput: the save plan carries no target of this writer: was another writer's plan used?",
         "BadInput: root s3:// names no bucket",
-        f"BadInput: {tmp_path} holds no checkpoint yet (no LATEST): nothing to load",
+        f"BadInput: {top} holds no checkpoint yet (no LATEST): nothing to load",
         "BadInput: where: give Reader(where) or checkpoint_id= to load",
+        f"CorruptRoot: {junk}/.metadata is not DCP metadata: UnpicklingError",
+        f"CorruptRoot: {empty}/.metadata: cannot read: No such file or directory",
     ]
