@@ -21,9 +21,15 @@ stops instead of overwriting.
 The fence names checkpoints, so nothing stays in OUTPUT_DIR: the Trainer's
 `save_total_limit` finds nothing to rotate (retention is `keep`, which never
 removes what LATEST names) and `load_best_model_at_end` has no directory to
-load; leave both unset. The checkpoint the Trainer saves is published whole by
-one process, so the callback refuses a run of more than one process
-(`args.world_size`), before the first step.
+load; leave both unset.
+
+Several processes (torchrun on one node): every process writes its part of
+the checkpoint into the OUTPUT_DIR they share, so each waits in `on_save` for
+all (a barrier), the world's process zero publishes, and its outcome is
+broadcast: every process records the same checkpoint or raises the same
+StaleEpoch. Processes on several nodes would each write into a directory of
+their own node, which process zero cannot publish: the callback refuses a run
+whose world is larger than its node (LOCAL_WORLD_SIZE), before the first step.
 
 Needs transformers (and torch); not dependencies of the package. An
 integration, above the roots: it publishes and reads through
@@ -57,13 +63,34 @@ class Callback(transformers.TrainerCallback):
         self.published: list[model.Checkpoint] = []
 
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if args.world_size != 1:
-            raise model.BadInput(f"world_size is {args.world_size}: dispatch_fence.huggingface publishes "
-                                 "from one process only (1)")
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", args.world_size))
+        if args.world_size != local:
+            raise model.BadInput(f"world_size is {args.world_size}, LOCAL_WORLD_SIZE {local}: "
+                                 "dispatch_fence.huggingface publishes from one node only (world_size <= LOCAL_WORLD_SIZE)")
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         saved = os.path.join(args.output_dir, f"{PREFIX}-{state.global_step}")
-        self.published.append(self.publish(saved))
+        if args.world_size == 1:
+            self.published.append(self.publish(saved))
+            return
+        import torch.distributed as dist
+
+        dist.barrier()  # every process has written its part of SAVED
+        outcome: list[Any] = [None]
+        own: Exception | None = None
+        if args.process_index == 0:
+            try:
+                outcome[0] = self.publish(saved)
+            except Exception as exc:  # every process learns it; process zero raises its own
+                own = exc
+                outcome[0] = exc if isinstance(exc, model.StaleEpoch) else model.CheckpointError(
+                    f"process zero did not publish {saved}: {exc}")
+        dist.broadcast_object_list(outcome, src=0)
+        if own is not None:
+            raise own
+        if isinstance(outcome[0], Exception):
+            raise outcome[0]
+        self.published.append(outcome[0])
 
     def publish(self, saved: str | os.PathLike[str]) -> model.Checkpoint:
         """Publish the checkpoint directory SAVED (what the Trainer wrote) into the root; SAVED is gone after."""

@@ -14,7 +14,8 @@ until the test lets it go on.
 
 Both run with the pinned versions on every kind of root, and at the lowest versions the
 `huggingface` extra allows (devcluster/build-torch-venv.sh lowest) on a POSIX root: the callback
-uses the same Trainer API at both ends. A run of more than one process is refused. The example of
+uses the same Trainer API at both ends. Two processes under torchrun publish each save once (both
+RNG states in it), resume, and are refused together; processes on two nodes are refused. The example of
 docs/checkpoint.md's "Hugging Face Trainer" runs as written on the local S3 server.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import socket
 import subprocess
 
 from devcluster import objectstores
@@ -156,18 +158,65 @@ except checkpoint.BadInput as exc:
 """
 
 
-def test_a_run_of_more_than_one_process_is_refused_before_the_first_step(torch_python: str,
-                                                                         tmp_path: pathlib.Path) -> None:
+def test_processes_on_more_than_one_node_are_refused_before_the_first_step(torch_python: str,
+                                                                          tmp_path: pathlib.Path) -> None:
+    # Two nodes of one process each, both on this machine: world_size 2, LOCAL_WORLD_SIZE 1.
     (tmp_path / "refuse.py").write_text(REFUSE)
     env = {**objectstores.clean_env(), "PYTHONPATH": str(kit.REPO / "fence"), "HF_HUB_OFFLINE": "1",
            "HF_HOME": str(tmp_path / "hf-home"), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([torch_python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          str(tmp_path / "refuse.py"), str(tmp_path / "out"), str(tmp_path / "root")],
-                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
-    assert out.returncode == 1, out.stderr[-3000:]
-    assert sorted(out.stdout.splitlines()) == [
-        f"{rank}: world_size is 2: dispatch_fence.huggingface publishes from one process only (1)" for rank in (0, 1)]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    nodes = [subprocess.Popen([torch_python, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(rank),
+                               "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                               str(tmp_path / "refuse.py"), str(tmp_path / f"out{rank}"), str(tmp_path / "root")],
+                              env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in (0, 1)]
+    outs = [node.communicate(timeout=600) for node in nodes]
+    assert [node.returncode for node in nodes] == [1, 1], [err[-3000:] for _, err in outs]
+    assert [out for out, _ in outs] == [
+        f"{rank}: world_size is 2, LOCAL_WORLD_SIZE 1: dispatch_fence.huggingface publishes from one node only "
+        "(world_size <= LOCAL_WORLD_SIZE)\n" for rank in (0, 1)]
     assert not (tmp_path / "root").exists()
+
+
+def torchrun(python: str, root: str, steps: int, workdir: pathlib.Path, *, epoch: int,
+             attempt: str) -> tuple[int, list[str], str]:
+    env = {**objectstores.clean_env(), **kit.env(epoch, attempt), "PYTHONPATH": str(kit.REPO / "fence"),
+           "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(workdir / "hf-home")}
+    out = subprocess.run([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(WORKER),
+                          root, str(steps), str(workdir)], env=env, cwd=kit.REPO, capture_output=True, text=True,
+                         timeout=600, check=False)
+    # without the Trainer's progress bars, so that a failure shows both processes' own lines
+    return out.returncode, out.stdout.splitlines(), "\n".join(
+        line for line in out.stderr.splitlines() if "Writing model shards" not in line)
+
+
+def test_two_processes_publish_each_save_once_resume_and_are_refused_together(
+        torch_python: str, tmp_path: pathlib.Path) -> None:
+    root = str(tmp_path / "root")
+    code, lines, err = torchrun(torch_python, root, 4, tmp_path / "a", epoch=5, attempt=OLD)
+    assert code == 0, err[-6000:]
+    published = [line for line in lines if line.startswith("published ")]
+    assert [line.split()[1] for line in published] == [checkpoint.name_of(5, s, OLD) for s in (1, 2)]
+    # both processes' RNG states are in what was published, and nothing is left in the output directory
+    assert sorted(p.name for p in pathlib.Path(root, checkpoint.name_of(5, 2, OLD)).glob("rng_state*")) == [
+        "rng_state_0.pth", "rng_state_1.pth"]
+    assert not any((tmp_path / "a").glob("checkpoint-*"))
+
+    code, new_lines, err = torchrun(torch_python, root, 6, tmp_path / "b", epoch=6, attempt=NEW)
+    assert code == 0, err[-3000:]
+    assert new_lines[0] == f"start at step 4 weights {weights_of(published[-1])}"
+    newest = checkpoint.name_of(6, 3, NEW)
+    assert [line.split()[1] for line in new_lines if line.startswith("published ")] == [newest]
+
+    code, old_lines, err = torchrun(torch_python, root, 8, tmp_path / "c", epoch=5, attempt=OLD)
+    assert code != 0 and [line for line in old_lines if line.startswith("published ")] == []
+    want = (f"refused: epoch 5 is lower than epoch 6 ({newest}) in {root}: a superseded execution's save, refused; "
+            "nothing published")
+    assert [line for line in err.splitlines() if line.startswith("refused: ")] == [want, want], err[-3000:]
+    assert checkpoint.latest(root).name == newest
+    assert [c.name for c in checkpoint.checkpoints(root)] == [checkpoint.name_of(5, 2, OLD), newest]
 
 
 EXAMPLE_MODEL = """\
