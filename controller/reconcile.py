@@ -91,12 +91,13 @@ class Controller:
         # no managedFields, of a TrainJob what the raise reads, of a pod's spec only what the
         # detector judges (bench/admission).
         self.checks = mk(paths.ADMISSION_CHECK, self._on_check)
-        self.workloads = mk(paths.WORKLOAD, self._on_workload, transform=views.workload_view)
-        self.trainjobs = mk(paths.TRAINJOB, lambda kind, obj: None, transform=views.trainjob_view)
+        # The caches that hold one object per TrainJob keep them as compact JSON (`informer`).
+        self.workloads = mk(paths.WORKLOAD, self._on_workload, transform=views.workload_view, compact=True)
+        self.trainjobs = mk(paths.TRAINJOB, lambda kind, obj: None, transform=views.trainjob_view, compact=True)
         self.informers = [
             self.checks,
             self.workloads,
-            mk(paths.JOBSET, self._on_jobset, transform=views.metadata_only),
+            mk(paths.JOBSET, self._on_jobset, transform=views.metadata_only, compact=True),
             mk(paths.POD, self._on_pod, label_selector=names.JOBSET_NAME_LABEL, transform=views.pod_view),
             mk(paths.EVENT, self._on_event, field_selector=f"reason={names.SIDECAR_VIOLATION_REASON}"),
         ]

@@ -28,12 +28,18 @@ the cache and the handler see it (client-go's SetTransform): a controller
 that keeps thousands of objects drops the fields it never reads from them
 (managedFields, a spec it reads fresh before acting) rather than hold them.
 
+With `compact`, the cache holds each object as its compact JSON (bytes) and
+answers `get` and `items` with a decoded copy: a Python dict of a small object
+takes several times its JSON's size, and a cache that holds one per TrainJob
+pays that for every TrainJob. The handler still gets the decoded object.
+
 `run(max_rounds=...)` bounds the loop for tests (each list or watch
 connection is a round): the loop that runs in production is the one tested.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -69,6 +75,7 @@ class Informer:
         stop: threading.Event | None = None,
         on_list: ListHandler | None = None,
         transform: Callable[[Obj], Obj] | None = None,
+        compact: bool = False,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -80,10 +87,12 @@ class Informer:
         self.stop = stop or threading.Event()
         self.on_list = on_list
         self.transform = transform or (lambda obj: obj)
+        self._pack: Callable[[Obj], Any] = _packed if compact else (lambda obj: obj)
+        self._unpack: Callable[[Any], Obj] = json.loads if compact else (lambda obj: obj)
         self.backoff = backoff.Backoff(base=0.2, cap=10.0)
         self.synced = threading.Event()
         self.relists = 0  # lists after the first (410s and errors), for tests and metrics
-        self._cache: dict[str, Obj] = {}
+        self._cache: dict[str, Any] = {}  # key -> the object, or its compact JSON (`compact`)
         self._lock = threading.Lock()
         self._rv: str | None = None
 
@@ -91,11 +100,13 @@ class Informer:
 
     def get(self, cache_key: str) -> Obj | None:
         with self._lock:
-            return self._cache.get(cache_key)
+            found = self._cache.get(cache_key)
+        return None if found is None else self._unpack(found)
 
     def items(self) -> list[Obj]:
         with self._lock:
-            return list(self._cache.values())
+            held = list(self._cache.values())
+        return [self._unpack(obj) for obj in held]
 
     # -- the loop -----------------------------------------------------
 
@@ -122,12 +133,12 @@ class Informer:
             self._rv = rv
             self.synced.set()
             return
-        fresh = {key(o): o for o in items}
+        fresh = {key(o): self._pack(o) for o in items}
         with self._lock:
             gone = [o for k, o in self._cache.items() if k not in fresh]
             self._cache = fresh
         for obj in gone:
-            self._deliver("DELETED", obj)
+            self._deliver("DELETED", self._unpack(obj))
         for obj in items:
             self._deliver("SYNC", obj)
         self._rv = rv
@@ -154,7 +165,7 @@ class Informer:
                     if kind == "DELETED":
                         self._cache.pop(key(obj), None)
                     else:
-                        self._cache[key(obj)] = obj
+                        self._cache[key(obj)] = self._pack(obj)
             self._deliver(kind, obj)
             if self.stop.is_set():
                 return
@@ -183,3 +194,7 @@ class Informer:
         thread = threading.Thread(target=self.run, name=f"informer-{self.resource.plural}", daemon=True)
         thread.start()
         return thread
+
+
+def _packed(obj: Obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()

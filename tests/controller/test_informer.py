@@ -151,3 +151,29 @@ def test_the_transform_shapes_what_the_cache_and_the_handler_get_listed_and_watc
         assert "managedFields" not in obj["metadata"]
     assert views.slim({"metadata": {"name": "n", "managedFields": [{}]}, "spec": {"x": 1}, "status": {"y": 2}}) == {
         "metadata": {"name": "n"}, "status": {"y": 2}}
+
+
+def test_a_compact_cache_answers_what_it_was_given_and_holds_json(admin, namespace):
+    """`compact`: the cache holds each object as its JSON and answers get, items and a deletion
+    with the object as delivered, each a copy of its own."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+    _template(admin, namespace, "listed")
+    inf = informer.Informer(admin, POD_TEMPLATE, handler=lambda kind, obj: seen.append((kind, obj)),
+                            namespace=namespace, transform=views.metadata_only, compact=True, watch_timeout=2)
+    thread = threading.Thread(target=inf.run, kwargs={"max_rounds": 2}, daemon=True)  # the list, one watch
+    thread.start()
+    try:
+        assert inf.synced.wait(15)
+        _template(admin, namespace, "watched")
+        wait_until(lambda: len(seen) == 2, what="the watched object delivered")
+        admin.delete(POD_TEMPLATE, name="listed", namespace=namespace)
+        wait_until(lambda: len(seen) == 3, what="the deletion delivered")
+    finally:
+        thread.join(10)
+    assert [kind for kind, _ in seen] == ["SYNC", "ADDED", "DELETED"]
+    watched = inf.get(f"{namespace}/watched")
+    assert watched == seen[1][1] and watched is not seen[1][1]
+    assert [o["metadata"]["name"] for o in inf.items()] == ["watched"] and inf.get(f"{namespace}/listed") is None
+    assert all(isinstance(held, bytes) for held in inf._cache.values())
+    watched["metadata"]["name"] = "changed"
+    assert inf.get(f"{namespace}/watched")["metadata"]["name"] == "watched"
