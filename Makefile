@@ -67,11 +67,13 @@ tools: deps
 objectstores: deps
 	bash devcluster/build-object-stores.sh
 
-# torch (the CUDA build the registry serves, run on CPU) and Lightning for the fence's PyTorch DCP
-# and Lightning suites, in a virtualenv of its own in the user cache: 2.8 GB to download once
-# (devcluster/build-torch-venv.sh).
+# torch (the CUDA build the registry serves, run on CPU), Lightning and transformers for the fence's
+# PyTorch DCP, Lightning and Hugging Face suites, in virtualenvs of their own in the user cache: the
+# pinned versions and the lowest the fence's extras allow, each about 5.5 GB installed
+# (devcluster/build-torch-venv.sh prints the size).
 torch-venv: deps
 	bash devcluster/build-torch-venv.sh
+	bash devcluster/build-torch-venv.sh lowest
 
 # The Kubeflow SDK (kubeflow, with the Trainer's API models and its own kubernetes client) for the
 # tests that submit TrainJobs as an SDK user does, in a virtualenv of its own in the user cache, every
