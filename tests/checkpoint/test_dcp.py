@@ -29,6 +29,7 @@ import pytest
 from devcluster import objectstores
 from dispatch_fence import checkpoint
 from tests.checkpoint import kit, stores
+from tests.checkpoint import torchrun as runner
 
 WORKER = kit.REPO / "tests" / "checkpoint" / "fixtures" / "dcp_worker.py"
 DOC = kit.REPO / "docs" / "checkpoint.md"
@@ -45,17 +46,10 @@ def _torchrun_temp_under_the_test(tmp_path: pathlib.Path, monkeypatch: pytest.Mo
 
 def torchrun(python: str, env: dict[str, str], *args: str, epoch: int | None = None,
              attempt: str = "") -> subprocess.Popen[str]:
-    full = {**objectstores.clean_env(), **env, "PYTHONPATH": str(kit.REPO / "fence"), "OMP_NUM_THREADS": "1"}
-    if epoch is not None:
-        full.update(kit.env(epoch, attempt))
-    return subprocess.Popen([python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                             "--nproc-per-node", "2", str(WORKER), *args], env=full, cwd=kit.REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return runner.start(python, WORKER, env, *args, epoch=epoch, attempt=attempt)
 
 
-def finish(p: subprocess.Popen[str]) -> tuple[int, list[str], str]:
-    out, err = p.communicate(timeout=600)
-    return p.returncode, sorted(line for line in out.splitlines() if line.startswith("rank ")), err
+finish = runner.finish
 
 
 def test_a_save_publishes_after_every_rank_and_loads_bit_exact(

@@ -31,6 +31,7 @@ import pytest
 from devcluster import objectstores
 from dispatch_fence import checkpoint
 from tests.checkpoint import kit, proxy, stores
+from tests.checkpoint import torchrun as runner
 
 WORKER = kit.REPO / "tests" / "checkpoint" / "fixtures" / "dcp_storage_worker.py"
 
@@ -59,17 +60,10 @@ def proxied(store: objectstores.Server) -> Iterator[tuple[objectstores.Server, p
 
 def torchrun(python: str, env: dict[str, str], *args: str, epoch: int | None = None,
              attempt: str = "") -> subprocess.Popen[str]:
-    full = {**objectstores.clean_env(), **env, "PYTHONPATH": str(kit.REPO / "fence"), "OMP_NUM_THREADS": "1"}
-    if epoch is not None:
-        full.update(kit.env(epoch, attempt))
-    return subprocess.Popen([python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                             "--nproc-per-node", "2", str(WORKER), *args], env=full, cwd=kit.REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return runner.start(python, WORKER, env, *args, epoch=epoch, attempt=attempt)
 
 
-def finish(p: subprocess.Popen[str]) -> tuple[int, list[str], str]:
-    out, err = p.communicate(timeout=600)
-    return p.returncode, sorted(line for line in out.splitlines() if line.startswith("rank ")), err
+finish = runner.finish
 
 
 def said(lines: list[str], what: str) -> dict[int, str]:
