@@ -93,6 +93,7 @@ import hypothesis.strategies as st
 import pytest
 
 from controller import admission, detector, pod_rules, views, writes
+from tests import mergepatch
 from toolkit import adapter, causes, detect, history, kube, marks, names, paths, raising, render, runtime_check
 
 
@@ -229,24 +230,12 @@ class Store(kube.Client):
         if version is not None and version != current["metadata"]["resourceVersion"]:
             if not (res == paths.WORKLOAD and self.refuse_ready):
                 raise kube.Conflict(409, "Conflict", "the object has been modified")
-        merged = _merged(copy.deepcopy(current), patch)
+        merged = mergepatch.applied(copy.deepcopy(current), patch)
         merged["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         return self.replace(res, merged, subresource=subresource, field_manager=field_manager)
 
     def event(self, **kw):
         return {}
-
-
-def _merged(target: dict, patch: dict) -> dict:
-    """RFC 7386: PATCH applied to TARGET (a null removes a key, a list replaces the list)."""
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            target[key] = _merged(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-    return target
 
 
 class Identity(stateful.RuleBasedStateMachine):

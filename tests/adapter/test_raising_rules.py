@@ -8,6 +8,7 @@ import hypothesis
 import hypothesis.strategies as st
 import pytest
 
+from tests import mergepatch
 from toolkit import history, names, raising
 
 
@@ -149,19 +150,6 @@ def test_a_raise_keeps_an_unreadable_history_as_found():
     assert a == 2 and new["metadata"]["annotations"][history.HISTORY_ANNOTATION] == "{not json"
 
 
-def _merged(target: dict, patch: dict) -> dict:
-    """RFC 7386, as the apiserver applies a merge patch."""
-    out = copy.deepcopy(target)
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merged(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 def test_the_raise_as_a_merge_patch_sends_every_runtime_patch_and_the_version_read():
     """A merge patch replaces a list whole: the raise's sends spec.runtimePatches with the other
     manager's entry as read, and the resourceVersion read as its precondition."""
@@ -174,7 +162,7 @@ def test_the_raise_as_a_merge_patch_sends_every_runtime_patch_and_the_version_re
     assert patch["metadata"]["resourceVersion"] == "41"
     assert [p["manager"] for p in patch["spec"]["runtimePatches"]] == ["someone-else", names.PATCH_MANAGER]
     assert "suspend" not in patch["spec"]
-    assert _merged(tj, patch) == {**after, "metadata": {**after["metadata"], "resourceVersion": "41"}}
+    assert mergepatch.applied(tj, patch) == {**after, "metadata": {**after["metadata"], "resourceVersion": "41"}}
 
 
 def test_a_copy_without_a_resource_version_is_refused_as_a_merge_patch():
@@ -191,4 +179,4 @@ _OBJECTS = st.dictionaries(st.sampled_from("abc"), _VALUES, max_size=3)
 
 @hypothesis.given(old=_OBJECTS, new=_OBJECTS)
 def test_the_merge_diff_applied_gives_the_new_object(old, new):
-    assert _merged(old, raising.merge_diff(old, new)) == new
+    assert mergepatch.applied(old, raising.merge_diff(old, new)) == new

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 
 from controller import admission, views, writes
+from tests import mergepatch
 from toolkit import history, names, raising
 
 WORKLOAD = {
@@ -46,19 +47,6 @@ def _trainjob() -> dict:
     }
 
 
-def _merged(target: dict, patch: dict) -> dict:
-    """RFC 7386, as the apiserver applies a merge patch."""
-    out = copy.deepcopy(target)
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merged(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 def test_a_raise_from_the_cached_trainjob_writes_what_the_raise_of_the_whole_one_writes():
     whole = _trainjob()
     cached = views.trainjob_view(whole)
@@ -68,7 +56,7 @@ def test_a_raise_from_the_cached_trainjob_writes_what_the_raise_of_the_whole_one
     from_cache, a = raising.raised(cached, record=mark)
     from_whole, b = raising.raised(whole, record=mark)
     assert a == b == 9  # the adoption's minimum, taken and removed
-    written = _merged(whole, raising.merge_patch_of(cached, from_cache))
+    written = mergepatch.applied(whole, raising.merge_patch_of(cached, from_cache))
     assert written == from_whole
     assert raising.last_raise(cached) == raising.last_raise(whole) == (4, "2026-12-07T09:00:00Z")
     assert list(history.of(written).floors) == [(4, "2026-12-07T09:00:00Z")]
