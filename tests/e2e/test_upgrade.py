@@ -24,7 +24,7 @@ import sys
 
 import kubernetes.client
 
-from devcluster import install, scenario as flow, stack as stack_mod
+from devcluster import install, local, scenario as flow, stack as stack_mod
 from devcluster.scenario import KUEUE_API, Scenario
 from tests.e2e.installing import CHECK, active, kubectl, listing_our_check, wait
 from toolkit import history, names, raising, render
@@ -34,16 +34,20 @@ E2E_OURS = False  # and nothing of ours: the releases install it
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # Run in the previous commit's tree with its own code: its release built, pushed to the cluster's
-# registry (found through the cluster's workdir), and rendered; prints the image references.
+# registry (found through the cluster's workdir), and rendered; prints the image references. Its
+# manifests are rendered as that commit renders them: by a kustomize binary, or by the kubectl of
+# the Kubernetes build before it (whichever its build_release takes).
 BUILD_PREVIOUS = """
-import json, pathlib, sys
+import inspect, json, pathlib, sys
 from devcluster import install, registry
 from release import bundle
-out, workdir, kubectl = (pathlib.Path(a) for a in sys.argv[1:4])
+out, workdir, kubectl, kustomize = (pathlib.Path(a) for a in sys.argv[1:5])
+renderer = ({"kustomize": kustomize} if "kustomize" in inspect.signature(bundle.build_release).parameters
+            else {"kubectl": kubectl})
 cluster_registry = registry.Registry.open(workdir)
 prepared = install.prepare(out)
 made = bundle.build_release(registry=cluster_registry.name, out_dir=out, push=cluster_registry.push,
-                            version=prepared.build.version, kubectl=kubectl, local_images=prepared.local_images)
+                            version=prepared.build.version, local_images=prepared.local_images, **renderer)
 print(json.dumps(made.references))
 """
 
@@ -56,7 +60,7 @@ def _previous_release(stack: stack_mod.Stack, tmp_path: pathlib.Path) -> tuple[p
     assert done.returncode == 0, f"git worktree add HEAD~1 (the previous commit is needed): {done.stderr}"
     try:
         built = subprocess.run([sys.executable, "-c", BUILD_PREVIOUS, str(tmp_path / "previous-release"),
-                                str(stack.plane.workdir), str(install.kubectl(stack))],
+                                str(stack.plane.workdir), str(install.kubectl(stack)), str(local.kustomize())],
                                cwd=tree, env={**_env(), "PYTHONPATH": str(tree)}, capture_output=True, text=True,
                                timeout=1200, check=False)
         assert built.returncode == 0, f"the previous commit's release: {built.stderr[-3000:]}"
