@@ -90,25 +90,8 @@ def test_a_superseded_execution_is_refused_on_every_rank_and_the_restore_is_the_
         assert [c.epoch for c in checkpoint.checkpoints(root)] == [6]
 
 
-def stop(p: subprocess.Popen[str]) -> str:
-    """End torchrun (it ends its workers on SIGTERM); its stderr."""
-    if p.poll() is None:
-        p.terminate()
-    try:
-        return p.communicate(timeout=60)[1]
-    except subprocess.TimeoutExpired:
-        p.kill()
-        return p.communicate(timeout=60)[1]
-
-
-def wait_for(paths: list[pathlib.Path], p: subprocess.Popen[str], within: float = 300) -> None:
-    """Wait until every one of PATHS exists while P runs; fail (P ended) when P ends first or after WITHIN seconds."""
-    deadline = time.monotonic() + within
-    while not all(path.exists() for path in paths):
-        if p.poll() is not None or time.monotonic() > deadline:
-            missing = [str(path) for path in paths if not path.exists()]
-            raise AssertionError(f"{missing} never appeared: {stop(p)[-3000:]}")
-        time.sleep(0.1)
+stop = runner.stop
+wait_for = runner.wait_for
 
 
 def test_an_async_save_publishes_in_result_after_every_rank_wrote_and_loads_the_state_at_the_call(

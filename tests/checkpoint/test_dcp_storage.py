@@ -22,7 +22,6 @@ import json
 import pathlib
 import re
 import subprocess
-import time
 import urllib.parse
 from collections.abc import Iterator
 
@@ -182,14 +181,7 @@ def test_an_async_save_uploads_while_training_steps_run_and_publishes_after_ever
     assert (code, [line for line in lines if "loaded" in line]) == (0, loaded(name)), err[-3000:]
 
 
-def wait_for(paths: list[pathlib.Path], p: subprocess.Popen[str], within: float = 300) -> None:
-    deadline = time.monotonic() + within
-    while not all(path.exists() for path in paths):
-        if p.poll() is not None or time.monotonic() > deadline:
-            p.kill()
-            raise AssertionError(f"{[str(x) for x in paths if not x.exists()]} never appeared: "
-                                 f"{p.communicate(timeout=60)[1][-3000:]}")
-        time.sleep(0.1)
+wait_for = runner.wait_for
 
 
 def test_an_async_save_overtaken_between_its_claim_and_its_publish_is_refused_on_every_rank(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
+import time
 
 from devcluster import objectstores
 from tests.checkpoint import kit
@@ -26,3 +27,24 @@ def finish(p: subprocess.Popen[str]) -> tuple[int, list[str], str]:
     """The exit status, the ranks' `rank R: ...` lines sorted, and stderr."""
     out, err = p.communicate(timeout=600)
     return p.returncode, sorted(line for line in out.splitlines() if line.startswith("rank ")), err
+
+
+def stop(p: subprocess.Popen[str]) -> str:
+    """End torchrun (it ends its workers on SIGTERM); its stderr."""
+    if p.poll() is None:
+        p.terminate()
+    try:
+        return p.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return p.communicate(timeout=60)[1]
+
+
+def wait_for(paths: list[pathlib.Path], p: subprocess.Popen[str], within: float = 300) -> None:
+    """Wait until every one of PATHS exists while P runs; fail (P ended) when P ends first or after WITHIN seconds."""
+    deadline = time.monotonic() + within
+    while not all(path.exists() for path in paths):
+        if p.poll() is not None or time.monotonic() > deadline:
+            missing = [str(path) for path in paths if not path.exists()]
+            raise AssertionError(f"{missing} never appeared: {stop(p)[-3000:]}")
+        time.sleep(0.1)
