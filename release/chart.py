@@ -10,7 +10,7 @@ values.schema.json, README.md, and templates/_helpers.tpl and NOTES.txt.
 
 An object becomes a template by putting a template expression in place of each value a team may
 change: exact strings wherever they stand (an image's reference, a part's namespace), and fields
-(the controller's replicas and resources, the backend Secret's name in a secretKeyRef). Each
+(the controller's replicas, resources and metrics scrapers, the backend Secret's name in a secretKeyRef). Each
 expression writes its value as JSON (`toJson`), which YAML reads as written, so no template
 depends on indentation; any `{{` already in an object (the PrometheusRule's own templates) is
 escaped and renders as it stands. The defaults in values.yaml are the replaced values themselves,
@@ -43,6 +43,8 @@ SEMVER = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
 IMAGE_KEYS = {"controller": "controller", "dispatcher": "dispatcher", "sidecar": "sidecar", "test-driver": "testDriver"}
 # Helm's labels on every object's own metadata (never on a selector or a pod template).
 HELM_LABELS = {"app.kubernetes.io/managed-by": "$.Release.Service", "helm.sh/chart": 'include "dispatch-k8s.chart" $'}
+# The name of the controller's metrics port, which its NetworkPolicy's rule names (controller.metricsFrom).
+METRICS_PORT = "metrics"
 IDENTITY_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
 HEAD = "# Written by release/chart.py from {source}; the chart's source is deployments/chart/dispatch-k8s.\n"
 
@@ -118,6 +120,16 @@ def _sidecar_binding(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return binding
 
 
+def _metrics_rule(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The controller's NetworkPolicy's ingress rule for its metrics port (its `from`: what the values set)."""
+    rules = [rule for d in objects if d["kind"] == "NetworkPolicy" for rule in d["spec"].get("ingress") or []
+             if any(port.get("port") == METRICS_PORT for port in rule.get("ports") or [])]
+    rule: dict[str, Any] = _only(rules, f"controller: a NetworkPolicy rule for the port {METRICS_PORT!r}")
+    if not rule.get("from"):
+        raise ChartError(f"controller: the NetworkPolicy rule for the port {METRICS_PORT!r} admits every source")
+    return rule
+
+
 def defaults(parts: Mapping[str, list[dict[str, Any]]], *, registry: str,
              references: Mapping[str, str]) -> dict[str, Any]:
     """The values the release fills in (values.yaml's `${name}`), read from the objects and images."""
@@ -127,6 +139,7 @@ def defaults(parts: Mapping[str, list[dict[str, Any]]], *, registry: str,
         "namespace": _namespace_of(parts["controller"], "controller"),
         "controller_replicas": deployment["spec"]["replicas"],
         "controller_resources": container["resources"],
+        "controller_metrics_from": _metrics_rule(parts["controller"])["from"],
         "dispatcher_namespace": _namespace_of(parts["dispatcher"], "dispatcher"),
         "dispatcher_backend_secret": _only(sorted(set(_secret_names(parts["dispatcher"]))),
                                            "dispatcher: a Secret named in a secretKeyRef"),
@@ -163,6 +176,8 @@ def _template(doc: dict[str, Any], *, controller: tuple[str, str], strings: Mapp
     doc = copy.deepcopy(doc)
     if sidecar and doc["kind"] == "RoleBinding":
         doc["subjects"] = exprs.token('include "dispatch-k8s.sidecar-subjects" $ | fromJsonArray')
+    if doc["kind"] == "NetworkPolicy" and not sidecar:
+        _metrics_rule([doc])["from"] = exprs.token("$.Values.controller.metricsFrom")
     if (doc["kind"], doc["metadata"]["name"]) == ("Deployment", controller[0]):
         doc["spec"]["replicas"] = exprs.token("$.Values.controller.replicas")
         for c in doc["spec"]["template"]["spec"]["containers"]:

@@ -217,13 +217,33 @@ def test_changed_values_show_in_the_output(
     assert ("Namespace", "", "team-dispatch") in got and ("Namespace", "", "team-runs") in got
 
 
+def test_the_metrics_port_admits_the_scrapers_listed(helm: Helm, tgz: str, tmp_path: pathlib.Path) -> None:
+    """By default Prometheus's pods in `monitoring` (the release's NetworkPolicy); controller.metricsFrom
+    names a team's own scraper, and the rule keeps its port."""
+    def rule(*values: str) -> dict[str, Any]:
+        policy = rendered(helm, tgz, *values)[("NetworkPolicy", "dispatch-system", "dispatch-controller")]
+        (only,) = policy["spec"]["ingress"]
+        return dict(only)
+    assert rule()["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                               "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+    scrapers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+                 "podSelector": {"matchLabels": {"app": "vmagent"}}}, {"ipBlock": {"cidr": "10.8.0.0/16"}}]
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"controller": {"metricsFrom": scrapers}}))
+    assert rule("-f", str(values)) == {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": scrapers}
+
+
 @pytest.mark.parametrize(("values", "refusal"), [
     (["--set", "controler.replicas=3"], "controler"),
     (["--set", "sidecar.namespaces={Training}"], "Training"),
     (["--set", "images.controller.tag=,images.controller.digest="], "/images/controller"),
     (["--set", "sidecar.serviceAccounts={Trainer_Cloud}"], "/sidecar/serviceAccounts/0"),
     (["--set", "sidecar.serviceAccounts=null"], "serviceAccounts"),
-], ids=["misspelt-key", "not-a-namespace-name", "no-tag-nor-digest", "not-an-account-name", "no-account"])
+    (["--set", "controller.metricsFrom=null"], "metricsFrom"),
+    (["--set-json", "controller.metricsFrom=[]"], "/controller/metricsFrom"),
+    (["--set-json", 'controller.metricsFrom=[{"namespaceSelectr":{}}]'], "namespaceSelectr"),
+], ids=["misspelt-key", "not-a-namespace-name", "no-tag-nor-digest", "not-an-account-name", "no-account",
+        "no-scraper", "every-source", "misspelt-peer"])
 def test_a_bad_value_is_refused(helm: Helm, tgz: str, values: list[str], refusal: str) -> None:
     done = helm("template", "dispatch-k8s", tgz, *values)
     assert done.returncode == 1 and refusal in done.stderr, done.stderr
