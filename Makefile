@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv tools release release-registry release-images images controlplane controllers objectstores torch-venv sdk-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e bench clean
+.PHONY: deps venv tools release release-registry release-images images controlplane controllers objectstores torch-venv sdk-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e test-matrix bench clean
 
 # The Debian packages, and a Go new enough for the Go modules the builds use (scripts/install-go.sh).
 deps:
@@ -83,6 +83,19 @@ sdk-venv: deps
 
 e2e: venv images release-images controlplane controllers sdk-venv
 	$(VENV)/bin/pytest -p no:cacheprovider tests/e2e
+
+# The install-and-admit test (tests/e2e/test_install_into_a_bare_cluster.py) on each version set of
+# devcluster/versions.txt, the table docs/install.md's "Supported versions" gives: each set's JobSet
+# and Kueue built into a cache directory of its own (devcluster/build-controllers.sh), its CRDs and
+# webhooks read from those releases' modules. Stops at the first set that fails, naming it.
+test-matrix: venv images release-images controlplane controllers
+	$(PY) -m devcluster.versions | while read -r jobset kueue; do \
+	  echo "make test-matrix: JobSet $$jobset, Kueue $$kueue" >&2; \
+	  export DISPATCH_JOBSET_VERSION=$$jobset DISPATCH_KUEUE_VERSION=$$kueue; \
+	  bash devcluster/build-controllers.sh </dev/null >/dev/null && \
+	  $(VENV)/bin/pytest -p no:cacheprovider -q tests/e2e/test_install_into_a_bare_cluster.py </dev/null \
+	  || { echo "make test-matrix: failed on JobSet $$jobset, Kueue $$kueue" >&2; exit 1; }; \
+	done
 
 test: venv images release-images controlplane controllers objectstores torch-venv sdk-venv
 	bash scripts/run-tests.sh

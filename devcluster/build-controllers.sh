@@ -18,26 +18,51 @@
 #   wrapper module can drift. The checksum database pins each version's
 #   source. (`go install M/PKG@V` would do the same but asks the proxy for the
 #   module's version list, which it refuses for some of these modules.)
-# - The versions live in the tables below only; each set's cache directory is
-#   named by a hash of its table, so a bump builds into a fresh directory.
+# - The versions live in the tables below and devcluster/versions.txt only;
+#   each set's cache directory is named by a hash of its table, so a bump
+#   builds into a fresh directory.
 # - A binary's stamp is written after it is built: an interrupted build redoes
 #   only what has no stamp.
 #
 # Usage: build-controllers.sh [controllers|services|tools]
 # Prints the bin directory on stdout as its last line; progress goes to stderr.
-# Env: DISPATCH_K8S_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/dispatch-k8s).
+# Env: DISPATCH_K8S_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/dispatch-k8s),
+# DISPATCH_JOBSET_VERSION and DISPATCH_KUEUE_VERSION (the version set, below).
+#
+# Version sets: JobSet's and Kueue's releases in `controllers` come from
+# devcluster/versions.txt, its first row unless DISPATCH_JOBSET_VERSION or
+# DISPATCH_KUEUE_VERSION names another version of its column (anything else is
+# refused, exit 2). Each set has a table of its own, so a cache directory of its
+# own; the default set's table reads as it always has. A binary that another
+# cache directory of the same kind holds, stamped with the same module@version
+# and package, is hard-linked from there instead of built again.
 set -euo pipefail
 
+here=$(cd "$(dirname "$0")" && pwd)
+# pick COLUMN NAME VARIABLE VALUE: VALUE (the column's first when empty) if the column names it.
+pick() {
+  local allowed value
+  allowed=$(awk -v c="$1" '{ sub(/#.*/, "") } NF { print $c }' "$here/versions.txt" | awk '!seen[$0]++')
+  value=${4:-$(head -n1 <<<"$allowed")}
+  if ! grep -qxF -- "$value" <<<"$allowed"; then
+    echo "build-controllers.sh: $3=$value: not a tested $2 version (devcluster/versions.txt has $(paste -sd, - <<<"$allowed" | sed 's/,/, /g'))" >&2
+    return 2
+  fi
+  echo "$value"
+}
+jobset=$(pick 3 jobset DISPATCH_JOBSET_VERSION "${DISPATCH_JOBSET_VERSION:-}") || exit 2
+kueue=$(pick 4 kueue DISPATCH_KUEUE_VERSION "${DISPATCH_KUEUE_VERSION:-}") || exit 2
+
 # binary  module@version  main package inside the module
-controllers='
+controllers="
 trainer-controller-manager github.com/kubeflow/trainer/v2@v2.3.0 ./cmd/trainer-controller-manager
-jobset-controller sigs.k8s.io/jobset@v0.12.0 .
-kueue sigs.k8s.io/kueue@v0.19.2 ./cmd/kueue
+jobset-controller sigs.k8s.io/jobset@$jobset .
+kueue sigs.k8s.io/kueue@$kueue ./cmd/kueue
 kwok sigs.k8s.io/kwok@v0.8.0 ./cmd/kwok
 containerd github.com/containerd/containerd/v2@v2.4.2 ./cmd/containerd
 containerd-shim-runc-v2 github.com/containerd/containerd/v2@v2.4.2 ./cmd/containerd-shim-runc-v2
 ctr github.com/containerd/containerd/v2@v2.4.2 ./cmd/ctr
-'
+"
 services='
 coredns github.com/coredns/coredns@v1.15.0 .
 registry github.com/distribution/distribution/v3@v3.1.2 ./cmd/registry
@@ -73,6 +98,14 @@ while read -r name module pkg; do
     echo "build-controllers.sh: cached: $name ($want)" >&2
     continue
   fi
+  for other in "$cache_root/$prefix"-*/bin; do
+    if [[ $other != "$bin_dir" && -x $other/$name && -f $other/.$name.stamp && $(cat "$other/.$name.stamp") == "$want" ]]; then
+      ln -f "$other/$name" "$bin_dir/$name"
+      echo "$want" >"$stamp"
+      echo "build-controllers.sh: linked: $name ($want) from $other" >&2
+      continue 2
+    fi
+  done
   echo "build-controllers.sh: building $name from $want" >&2
   start=$(date +%s)
   dir=$(go mod download -json "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')

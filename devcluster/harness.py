@@ -57,17 +57,19 @@ import kubernetes.client
 import kubernetes.config
 import yaml
 
-from devcluster import procs
+from devcluster import procs, versions
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
 STATE_DIR = REPO / ".state" / "cluster"
 
-# The CRDs the project talks to, each from its own module at its own release.
+# The CRDs the project talks to, each from its own module at the release of the version set the
+# environment picks (devcluster/versions.py; the default set unless DISPATCH_*_VERSION say otherwise).
+VERSIONS = versions.selected()
 CRD_SOURCES: tuple[tuple[str, str, str], ...] = (
-    ("github.com/kubeflow/trainer/v2", "v2.3.0", "manifests/base/crds"),
-    ("sigs.k8s.io/jobset", "v0.12.0", "config/components/crd/bases"),
-    ("sigs.k8s.io/kueue", "v0.19.2", "config/components/crd/bases"),
+    ("github.com/kubeflow/trainer/v2", VERSIONS.trainer, "manifests/base/crds"),
+    ("sigs.k8s.io/jobset", VERSIONS.jobset, "config/components/crd/bases"),
+    ("sigs.k8s.io/kueue", VERSIONS.kueue, "config/components/crd/bases"),
 )
 TRAINER_MODULE = CRD_SOURCES[0]
 

@@ -55,9 +55,11 @@ from devcluster import harness, procs
 HERE = pathlib.Path(__file__).resolve().parent
 READY_TIMEOUT_SECONDS = 120.0
 
-TRAINER = ("github.com/kubeflow/trainer/v2", "v2.3.0")
-JOBSET = ("sigs.k8s.io/jobset", "v0.12.0")
-KUEUE = ("sigs.k8s.io/kueue", "v0.19.2")
+# The releases of the version set the environment picks (devcluster/versions.py), as
+# build-controllers.sh builds them.
+TRAINER = ("github.com/kubeflow/trainer/v2", harness.VERSIONS.trainer)
+JOBSET = ("sigs.k8s.io/jobset", harness.VERSIONS.jobset)
+KUEUE = ("sigs.k8s.io/kueue", harness.VERSIONS.kueue)
 KWOK = ("sigs.k8s.io/kwok", "v0.8.0")
 
 # Nodes kwok manages carry this annotation (kwok's own convention).
@@ -394,7 +396,7 @@ class Stack:
             "featureGates": {"VisibilityOnDemand": False},
         })
         kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": "kueue-system"}})
-        # With its certificate management off, Kueue v0.19.2 reads its metrics
+        # With its certificate management off, Kueue (v0.18.3 and v0.19.2) reads its metrics
         # certificate from the fixed path /etc/kueue/metrics/certs. Give it that
         # path without touching the host: a private mount namespace in which
         # /etc is a read-only overlay of our directory on the real /etc.
