@@ -19,9 +19,10 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+import prometheus_client
 import yaml
 
-from controller import admission, health, settings
+from controller import admission, health, metrics, settings
 from toolkit import marks, names, render
 from toolkit import request as request_mod
 
@@ -255,3 +256,29 @@ def test_every_runbook_url_and_every_link_of_the_watch_table_is_a_section_of_ope
         assert url.startswith(base) and url.removeprefix(base) in sections, (name, url)
     links = [link for row in table(OPERATING, "signal") for link in re.findall(r"\]\(#([^)]+)\)", row[-1])]
     assert links and [link for link in links if link not in sections] == []
+
+
+def served_series() -> set[str]:
+    """Every series name the controller's registry exposes (a counter's with its `_total`), the
+    scrape-time series' sources set."""
+    served = metrics.Metrics()
+    served.flagged_source = lambda: [{"metadata": {"namespace": "training"}}]
+    served.api_requests_source = lambda: 0
+    text = prometheus_client.generate_latest(served.registry).decode()
+    return set(re.findall(r"^# TYPE (dispatch_\S+) \S+$", text, re.MULTILINE))
+
+
+def test_every_series_the_pages_name_is_served() -> None:
+    named = {m for page in (INSTALL, OPERATING) for m in re.findall(r"\bdispatch_[a-z_]+\b", page.read_text())}
+    assert named and sorted(named - served_series()) == []
+
+
+def test_every_label_and_annotation_the_pages_name_is_ours() -> None:
+    ours = {v for k, v in vars(names).items() if k.isupper() and isinstance(v, str)}
+    named = {m for page in (INSTALL, OPERATING)
+             for m in re.findall(rf"\b{re.escape(names.DOMAIN)}/[a-z-]+", page.read_text())}
+    assert named and sorted(named - ours) == []
+    binding = manifest(CONTROLLER / "identity-policy.yaml", "MutatingAdmissionPolicyBinding")
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
+    assert selector == {names.IDENTITY_NAMESPACE_LABEL: "enabled"}
+    assert f"{names.IDENTITY_NAMESPACE_LABEL}=enabled" in INSTALL.read_text()
