@@ -110,6 +110,11 @@ def kustomize() -> pathlib.Path:
     return stack_mod.build_binaries("tools") / "kustomize"
 
 
+def helm() -> pathlib.Path:
+    """The helm built from its module (build-controllers.sh tools, a no-op when cached)."""
+    return stack_mod.build_binaries("tools") / "helm"
+
+
 def services_bin() -> pathlib.Path:
     """Run build-controllers.sh for the cluster's services (CoreDNS, the registry); their bin dir."""
     return stack_mod.build_binaries("services")

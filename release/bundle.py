@@ -16,14 +16,19 @@ index's own), and writes into OUT_DIR:
                        the Helm chart that installs what the three files above install, with values
                        for what a team changes; its templates are made from these same objects
                        (release/chart.py)
-    release.json       version, tag, revision, created, registry, and each image's reference
+    release.json       version, tag, revision, created, registry, each image's reference and,
+                       with the archive, the chart's (`chart`)
     dispatch-k8s-images-VERSION.tar
                        (with IMAGES_ARCHIVE, as `make release` asks) every image index, its images
                        and their layers, as one OCI image layout, each index named
-                       `dispatch/NAME:TAG`: what `toolkit mirror` copies into another registry,
-                       digests kept (toolkit/mirror.py). PUSH is then handed each image as
-                       `oci:LAYOUT:dispatch/NAME:TAG` and must copy it as it is
-                       (`images.skopeo_push`), so the digest pinned is the one archived.
+                       `dispatch/NAME:TAG`, and the chart as Helm's OCI artifact named
+                       `dispatch/charts/dispatch-k8s:CHART_TAG` (the version, `+` written `_` as
+                       Helm reads it): what `toolkit mirror` copies into another registry,
+                       digests kept (toolkit/mirror.py). PUSH is then handed each image and the
+                       chart as `oci:LAYOUT:REF` and must copy it as it is
+                       (`images.skopeo_push`), so the digest pinned is the one archived, and
+                       `helm install oci://REGISTRY/dispatch/charts/dispatch-k8s --version VERSION`
+                       installs the chart from the registry.
     SHA256SUMS         the sha256 of each file above (`sha256sum -c` in OUT_DIR)
 
 Each manifest is `K build` of its part under deployments/k8s/base (K the kustomize the caller
@@ -218,10 +223,18 @@ def build_release(*, registry: str, out_dir: pathlib.Path, push: Push, kustomize
         sources = save_layout(layout, local_images=local_images, tag=build.tag) if images_archive else local_images
         references = {name: pinned(registry, name, build.tag, push(sources[name], images.repository(name), build.tag))
                       for name in images.NAMES}
+        parts = render_parts(build=build, references=references, kustomize=kustomize)
+        chart_reference = None
         if images_archive:
+            # The chart goes into the archive and the registry too, as Helm's OCI artifact.
+            made = chart_files(parts, build=build, registry=registry, references=references)
+            source = chart.add_to_layout(layout, chart.archive(made, mtime=_created(build)), made)
+            chart_tag = chart.oci_tag(build.version)
+            chart_reference = f"{registry}/{chart.REPOSITORY}:{chart_tag}@{push(source, chart.REPOSITORY, chart_tag)}"
             name = mirror.archive_name(build.version)
             extra[name] = tar_layout(layout, out_dir / name, mtime=_created(build))
-    files = write(out_dir, build=build, registry=registry, references=references, kustomize=kustomize, extra=extra)
+    files = write(out_dir, build=build, registry=registry, references=references, kustomize=kustomize, extra=extra,
+                  parts=parts, chart_reference=chart_reference)
     return Release(build=build, registry=registry, references=references, files=files)
 
 
@@ -256,27 +269,45 @@ def tar_layout(layout: pathlib.Path, path: pathlib.Path, *, mtime: int) -> pathl
     return path
 
 
-def write(out_dir: pathlib.Path, *, build: versioning.Build, registry: str, references: Mapping[str, str],
-          kustomize: pathlib.Path, extra: Mapping[str, pathlib.Path] | None = None) -> dict[str, pathlib.Path]:
-    """The bundle's files for images pushed as REFERENCES (what `build_release` writes once they are):
-    the manifests, the chart, release.json and SHA256SUMS, which lists EXTRA's files too (already
-    written into OUT_DIR). Output file name -> its path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files: dict[str, pathlib.Path] = dict(extra or {})
-    parts = {part: objects(part, build=build, references=references, kustomize=kustomize) for part in PARTS.values()}
-    for filename, part in PARTS.items():
-        files[filename] = out_dir / filename
-        files[filename].write_text(render(part, parts[part], build=build))
+def render_parts(*, build: versioning.Build, references: Mapping[str, str],
+                 kustomize: pathlib.Path) -> dict[str, list[dict[str, Any]]]:
+    """Each part's objects (controller, dispatcher, sidecar) for images pushed as REFERENCES."""
+    return {part: objects(part, build=build, references=references, kustomize=kustomize) for part in PARTS.values()}
+
+
+def chart_files(parts: Mapping[str, list[dict[str, Any]]], *, build: versioning.Build, registry: str,
+                references: Mapping[str, str]) -> dict[str, str]:
+    """The chart's files, made from PARTS and deployments/monitoring."""
     try:
-        made = chart.files({**parts, "monitoring": monitoring_objects(build)}, version=build.version,
+        return chart.files({**parts, "monitoring": monitoring_objects(build)}, version=build.version,
                            registry=registry, references=references)
     except chart.ChartError as exc:
         raise ReleaseError(f"the chart: {exc}") from exc
+
+
+def write(out_dir: pathlib.Path, *, build: versioning.Build, registry: str, references: Mapping[str, str],
+          kustomize: pathlib.Path, extra: Mapping[str, pathlib.Path] | None = None,
+          parts: Mapping[str, list[dict[str, Any]]] | None = None,
+          chart_reference: str | None = None) -> dict[str, pathlib.Path]:
+    """The bundle's files for images pushed as REFERENCES (what `build_release` writes once they are):
+    the manifests (PARTS, when already rendered), the chart, release.json (with CHART_REFERENCE, the
+    chart's pinned reference in the registry, when it was pushed) and SHA256SUMS, which lists EXTRA's
+    files too (already written into OUT_DIR). Output file name -> its path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files: dict[str, pathlib.Path] = dict(extra or {})
+    if parts is None:
+        parts = render_parts(build=build, references=references, kustomize=kustomize)
+    for filename, part in PARTS.items():
+        files[filename] = out_dir / filename
+        files[filename].write_text(render(part, parts[part], build=build))
+    made = chart_files(parts, build=build, registry=registry, references=references)
     stamp = _created(build)
     files[chart.filename(build.version)] = out_dir / chart.filename(build.version)
     files[chart.filename(build.version)].write_bytes(chart.archive(made, mtime=stamp))
-    meta = {"version": build.version, "tag": build.tag, "revision": build.revision, "created": build.created,
-            "registry": registry, "images": references}
+    meta: dict[str, Any] = {"version": build.version, "tag": build.tag, "revision": build.revision,
+                            "created": build.created, "registry": registry, "images": references}
+    if chart_reference is not None:
+        meta["chart"] = chart_reference
     files["release.json"] = out_dir / "release.json"
     files["release.json"].write_text(json.dumps(meta, indent=2) + "\n")
     sums = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {n}\n" for n, p in sorted(files.items()))

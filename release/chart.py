@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import hashlib
 import io
 import json
 import pathlib
@@ -46,6 +47,12 @@ HELM_LABELS = {"app.kubernetes.io/managed-by": "$.Release.Service", "helm.sh/cha
 # The name of the controller's metrics port, which its NetworkPolicy's rule names (controller.metricsFrom).
 METRICS_PORT = "metrics"
 IDENTITY_KINDS = ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+# The chart as an OCI artifact (what `helm push` writes, `helm pull oci://` and `helm install oci://` read):
+# its repository beside the images', and the media types of Helm's OCI charts.
+REPOSITORY = f"dispatch/charts/{NAME}"
+CONFIG_MEDIA_TYPE = "application/vnd.cncf.helm.config.v1+json"
+CONTENT_MEDIA_TYPE = "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+MANIFEST_MEDIA_TYPE = "application/vnd.oci.image.manifest.v1+json"
 HEAD = "# Written by release/chart.py from {source}; the chart's source is deployments/chart/dispatch-k8s.\n"
 
 
@@ -286,3 +293,40 @@ def archive(chart_files: Mapping[str, str], *, mtime: int) -> bytes:
             info.size, info.mtime, info.mode = len(data), mtime, 0o644
             tar.addfile(info, io.BytesIO(data))
     return raw.getvalue()
+
+
+def oci_tag(version: str) -> str:
+    """The tag Helm reads VERSION's chart under in an OCI repository (a SemVer `+` is not a tag's character)."""
+    return version.replace("+", "_")
+
+
+def add_to_layout(layout: pathlib.Path, tgz: bytes, chart_files: Mapping[str, str]) -> str:
+    """The chart TGZ (made of CHART_FILES) added to the OCI image layout at LAYOUT as Helm's OCI artifact,
+    named REPOSITORY:oci_tag(version): its config the Chart.yaml's metadata as JSON, its one layer
+    the archive. Answers its source for a push from the layout (`oci:LAYOUT:REPOSITORY:TAG`)."""
+    metadata = yaml.safe_load(chart_files["Chart.yaml"])
+    blobs = layout / "blobs" / "sha256"
+    blobs.mkdir(parents=True, exist_ok=True)
+
+    def blob(data: bytes, media_type: str) -> dict[str, Any]:
+        digest = hashlib.sha256(data).hexdigest()
+        (blobs / digest).write_bytes(data)
+        return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
+
+    config = blob(json.dumps(metadata, sort_keys=True, separators=(",", ":")).encode(), CONFIG_MEDIA_TYPE)
+    manifest = {"schemaVersion": 2, "mediaType": MANIFEST_MEDIA_TYPE, "config": config,
+                "layers": [blob(tgz, CONTENT_MEDIA_TYPE)],
+                "annotations": {"org.opencontainers.image.title": NAME,
+                                "org.opencontainers.image.version": str(metadata["version"])}}
+    ref_name = f"{REPOSITORY}:{oci_tag(str(metadata['version']))}"
+    entry = {**blob(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode(), MANIFEST_MEDIA_TYPE),
+             "annotations": {"org.opencontainers.image.ref.name": ref_name}}
+    index_path = layout / "index.json"
+    index = json.loads(index_path.read_text()) if index_path.exists() else {"schemaVersion": 2, "manifests": []}
+    index["manifests"] = [m for m in index["manifests"]
+                          if (m.get("annotations") or {}).get("org.opencontainers.image.ref.name") != ref_name]
+    index["manifests"].append(entry)
+    index_path.write_text(json.dumps(index, separators=(",", ":")))
+    if not (layout / "oci-layout").exists():
+        (layout / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
+    return f"oci:{layout}:{ref_name}"

@@ -7,9 +7,10 @@ name `dispatch/NAME:TAG`, listed in SHA256SUMS like every other file. `mirror(..
 
 1. reads release.json (each image `REGISTRY/dispatch/NAME:TAG@sha256:DIGEST`) and checks the
    archive against SHA256SUMS, then each image's digest against the layout's index.json;
-2. copies each image index with all its images to `TO/dispatch/NAME:TAG` byte for byte
-   (`skopeo copy --all --preserve-digests`), so the digest the registry stores is the release's,
-   and checks the digest skopeo reports;
+2. copies each image index with all its images to `TO/dispatch/NAME:TAG`, and the chart (Helm's
+   OCI artifact) to `TO/dispatch/charts/dispatch-k8s:VERSION`, byte for byte (`skopeo copy --all
+   --preserve-digests`), so the digest the registry stores is the release's, and checks the digest
+   skopeo reports;
 3. writes into OUT the manifests with each reference moved to TO (the same repository, tag and
    digest), release.json naming TO, the chart as it was (`--set images.registry=TO`: its images
    keep their digests), and SHA256SUMS.
@@ -37,6 +38,7 @@ REGISTRY = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+(
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 MANIFESTS = ("controller.yaml", "dispatcher.yaml", "sidecar-rbac.yaml")
 REF_NAME = "org.opencontainers.image.ref.name"
+CHART = "charts/dispatch-k8s"  # the chart's name among the images: its repository is dispatch/charts/dispatch-k8s
 CHUNK = 1 << 20
 
 
@@ -64,6 +66,7 @@ def check_registry(registry: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Image:
+    """An image index of the release, or its chart (Helm's OCI artifact, named `charts/dispatch-k8s`)."""
     name: str
     tag: str
     digest: str
@@ -84,6 +87,12 @@ class Release:
     registry: str
     version: str
     images: tuple[Image, ...]
+    chart: Image | None  # in release.json when the chart was pushed with the images
+
+    @property
+    def artifacts(self) -> tuple[Image, ...]:
+        """What the archive carries and a mirror copies: the images and the chart."""
+        return self.images + ((self.chart,) if self.chart else ())
 
 
 def read_release(directory: pathlib.Path) -> Release:
@@ -111,7 +120,20 @@ def read_release(directory: pathlib.Path) -> Release:
         if not (isinstance(ref, str) and ref.startswith(prefix) and DIGEST.fullmatch(ref[len(prefix):])):
             raise MirrorError(f"release.json images.{name}: must be {prefix}sha256:<64 hex>, found {ref!r}")
         found.append(Image(name=name, tag=tag, digest=ref[len(prefix):]))
-    return Release(directory=directory, meta=meta, registry=registry, version=version, images=tuple(found))
+    return Release(directory=directory, meta=meta, registry=registry, version=version, images=tuple(found),
+                   chart=_chart(meta.get("chart"), registry=registry, version=version))
+
+
+def _chart(ref: object, *, registry: str, version: str) -> Image | None:
+    """release.json's `chart`: REGISTRY/dispatch/charts/dispatch-k8s:TAG@sha256:..., TAG the version as
+    Helm tags it (`+` written `_`); absent in a release made without its images archive."""
+    if ref is None:
+        return None
+    chart = Image(name=CHART, tag=version.replace("+", "_"), digest="")
+    prefix = f"{registry}/{chart.ref_name}@"
+    if not (isinstance(ref, str) and ref.startswith(prefix) and DIGEST.fullmatch(ref[len(prefix):])):
+        raise MirrorError(f"release.json chart: must be {prefix}sha256:<64 hex>, found {ref!r}")
+    return dataclasses.replace(chart, digest=ref[len(prefix):])
 
 
 def sha256_file(path: pathlib.Path) -> str:
@@ -202,18 +224,18 @@ def mirror(directory: pathlib.Path, *, to: str, out: pathlib.Path, authfile: str
     with tempfile.TemporaryDirectory() as tmp:
         layout = pathlib.Path(tmp)
         listed = unpack(archive, layout)
-        for image in release.images:
+        for image in release.artifacts:
             if listed.get(image.ref_name) != image.digest:
                 raise MirrorError(f"{archive.name}: {image.ref_name} is {listed.get(image.ref_name)!r} in the "
                                   f"archive, but release.json pins {image.digest}")
-        for image in release.images:
+        for image in release.artifacts:
             got = skopeo_copy(f"oci:{layout}:{image.ref_name}", f"docker://{to}/{image.ref_name}", authfile=authfile,
                               cert_dir=cert_dir, tls_verify=tls_verify, skopeo=skopeo, label=image.ref_name)
             if got != image.digest:
                 raise CopyError(f"{to}/{image.ref_name}: the registry got {got}, not the release's {image.digest}")
             moves[image.reference(release.registry)] = image.reference(to)
     write(release, out=out, to=to, moves=moves)
-    return {image.name: image.reference(to) for image in release.images}
+    return {image.name: image.reference(to) for image in release.artifacts}
 
 
 def write(release: Release, *, out: pathlib.Path, to: str, moves: Mapping[str, str]) -> None:
@@ -228,6 +250,8 @@ def write(release: Release, *, out: pathlib.Path, to: str, moves: Mapping[str, s
         shutil.copyfile(chart, out / chart.name)
         written.append(chart.name)
     meta = {**release.meta, "registry": to, "images": {i.name: i.reference(to) for i in release.images}}
+    if release.chart is not None:
+        meta["chart"] = release.chart.reference(to)
     (out / "release.json").write_text(json.dumps(meta, indent=2) + "\n")
     written.append("release.json")
     (out / "SHA256SUMS").write_text("".join(f"{sha256_file(out / n)}  {n}\n" for n in sorted(written)))

@@ -73,8 +73,17 @@ def test_the_archive_is_one_layout_of_the_indexes_the_release_pins(
         assert all(member.uid == 0 and member.mtime == tar.getmembers()[0].mtime for member in tar.getmembers())
     listed = mirror.unpack(archive, tmp_path)
     assert json.loads((tmp_path / "oci-layout").read_text())["imageLayoutVersion"] == "1.0.0"
+    chart = json.loads(release.files["release.json"].read_text())["chart"]
+    assert chart.startswith(f"{release.registry}/dispatch/charts/dispatch-k8s:0.1.0_gtest@sha256:")
     assert listed == {ref.removeprefix(f"{release.registry}/").partition("@")[0]: ref.partition("@")[2]
-                      for ref in release.references.values()}
+                      for ref in [*release.references.values(), chart]}
+    # The chart's artifact is Helm's: its config the Chart.yaml's metadata, its one layer the release's .tgz.
+    manifest = json.loads((tmp_path / "blobs" / "sha256" / chart.rpartition(":")[2]).read_text())
+    assert manifest["config"]["mediaType"] == "application/vnd.cncf.helm.config.v1+json"
+    (layer,) = manifest["layers"]
+    assert layer["mediaType"] == "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+    tgz = (tmp_path / "blobs" / "sha256" / layer["digest"].partition(":")[2]).read_bytes()
+    assert tgz == release.files["dispatch-k8s-0.1.0+gtest.tgz"].read_bytes()
 
 
 def test_mirror_copies_every_image_with_its_digest_and_writes_the_manifests_for_the_registry(
@@ -98,6 +107,19 @@ def test_mirror_copies_every_image_with_its_digest_and_writes_the_manifests_for_
         assert release.registry not in text or filename == "sidecar-rbac.yaml"
     meta = json.loads((out / "release.json").read_text())
     assert meta["registry"] == to and set(meta["images"].values()) == set(moved.values())
+    # The chart too, digest kept: Helm installs it from the registry as the release wrote it.
+    chart_digest = json.loads(release.files["release.json"].read_text())["chart"].rpartition("@")[2]
+    assert served_digest(registry, "platform/dispatch/charts/dispatch-k8s", "0.1.0_gtest") == chart_digest
+    assert meta["chart"] == f"{to}/dispatch/charts/dispatch-k8s:0.1.0_gtest@{chart_digest}"
+    assert f"charts/dispatch-k8s: {meta['chart']}" in done.stdout.splitlines()
+    pulled = tmp_path / "pulled"
+    pulled.mkdir()
+    helm = subprocess.run([str(local.helm()), "pull", f"oci://{to}/dispatch/charts/dispatch-k8s", "--version", VERSION,
+                           "--registry-config", str(registry.authfile), "--ca-file", str(registry.ca_file),
+                           "-d", str(pulled)], capture_output=True, text=True, timeout=120, check=False)
+    assert helm.returncode == 0, helm.stderr
+    assert f"Digest: {chart_digest}" in helm.stdout + helm.stderr
+    assert (pulled / "dispatch-k8s-0.1.0+gtest.tgz").read_bytes() == (out / "dispatch-k8s-0.1.0+gtest.tgz").read_bytes()
     checked = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=out, capture_output=True, text=True, check=False)
     assert checked.returncode == 0 and checked.stdout.count(": OK") == 5, checked.stdout
 
@@ -124,7 +146,14 @@ def test_a_damaged_archive_a_bad_registry_or_the_release_s_own_directory_is_refu
     with archive.open("r+b") as f:
         f.seek(1024)
         f.write(b"x")
+    forged = tmp_path / "forged"
+    shutil.copytree(source, forged)
+    meta = json.loads((forged / "release.json").read_text())
+    (forged / "release.json").write_text(json.dumps({**meta, "chart": "elsewhere.test/charts/dispatch-k8s:1"}))
     cases = [
+        ([str(forged), "--to", "127.0.0.1:1", "--out", str(tmp_path / "d")],
+         f"toolkit mirror: release.json chart: must be {meta['registry']}/dispatch/charts/dispatch-k8s:0.1.0_gtest@"
+         "sha256:<64 hex>, found 'elsewhere.test/charts/dispatch-k8s:1'"),
         ([str(damaged), "--to", "127.0.0.1:1", "--out", str(tmp_path / "a")],
          f"toolkit mirror: {archive}: its sha256 is not the one SHA256SUMS lists (a damaged or partial copy)"),
         ([str(source), "--to", "Registry.Example", "--out", str(tmp_path / "b")],
