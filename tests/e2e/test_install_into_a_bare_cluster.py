@@ -19,16 +19,21 @@ from __future__ import annotations
 import pathlib
 
 import kubernetes.client
+import pytest
 
-from devcluster import install, scenario as flow, stack as stack_mod
+from devcluster import install, local, scenario as flow, stack as stack_mod
 from devcluster.scenario import KUEUE_API, Scenario
 from tests.e2e.installing import CHECK, active, kubectl, listing_our_check, wait
 from toolkit import names
 
 E2E_KUEUE = True  # Trainer, JobSet and Kueue
 E2E_OURS = False  # and nothing of ours: the release is what installs it
+# The suite's own budget for the test, beside the wait for the host's node slot: `make test-matrix`
+# runs this test alone, so the session's cluster starts, and waits for that slot, inside it.
+BUDGET_SECONDS = 600.0
 
 
+@pytest.mark.timeout(local.NODE_WAIT_SECONDS + BUDGET_SECONDS)
 def test_install_run_a_trainjob_and_uninstall_on_a_cluster_with_nothing_of_ours(
         stack: stack_mod.Stack, e2e_namespace: str, tmp_path: pathlib.Path) -> None:
     namespace = e2e_namespace
