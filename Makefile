@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: deps venv tools release release-registry release-images images controlplane controllers objectstores torch-venv sdk-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e test-matrix bench clean
+.PHONY: deps venv tools release release-bases release-bases-file release-registry release-images images controlplane controllers objectstores torch-venv sdk-venv test faults faults-soak test-prologue test-python demo demo-prologue cluster-up cluster-down e2e test-matrix bench clean
 
 # The Debian packages, and a Go new enough for the Go modules the builds use (scripts/install-go.sh).
 deps:
@@ -33,12 +33,23 @@ images: venv
 # images archive and copies it from there to REGISTRY (skopeo, as logged in there with podman), and
 # writes one install manifest per part and the Helm chart into OUT, every image as
 # REGISTRY/dispatch/NAME:TAG@sha256:DIGEST (the index's), rendered with kustomize built from its
-# module (no Kubernetes build).
-#   make release REGISTRY=HOST[:PORT][/PATH] [VERSION=0.1.0] [OUT=dist/release]
+# module (no Kubernetes build). With BASES=FILE it needs no root: the bases come from FILE (which
+# `make release-bases` wrote as root) and rootless podman builds on them in the user's own storage.
+#   make release REGISTRY=HOST[:PORT][/PATH] [VERSION=0.1.0] [OUT=dist/release] [BASES=FILE]
 OUT ?= dist/release
-release: release-registry venv images tools
+release: release-registry venv $(if $(BASES),,images) tools
 	kustomize=$$($(PY) -c 'from devcluster import local; print(local.kustomize())'); \
-	$(PY) -m release --registry '$(REGISTRY)' --kustomize "$$kustomize" --out '$(OUT)' $(if $(VERSION),--version '$(VERSION)')
+	$(PY) -m release --registry '$(REGISTRY)' --kustomize "$$kustomize" --out '$(OUT)' $(if $(VERSION),--version '$(VERSION)') $(if $(BASES),--bases '$(BASES)')
+
+# The bases the release's images are built on (`make images`, as root) written into one archive any
+# user can read, for `make release BASES=FILE` without root (release/bases.py).
+#   make release-bases BASES=FILE
+release-bases: release-bases-file venv images
+	$(PY) -m release.bases export '$(BASES)'
+
+# Checked before anything is built.
+release-bases-file:
+	@test -n "$(BASES)" || { echo "make release-bases: BASES=FILE is required" >&2; exit 2; }
 
 # Checked before anything is built.
 release-registry:

@@ -4,7 +4,9 @@ R with skopeo (as logged in: `podman login R`, or --authfile), and write the bun
 (release.bundle), rendered with `K build` (`make release` passes the kustomize built from its
 module, devcluster/build-controllers.sh tools: no Kubernetes build). It also records the
 release's image references in toolkit/data/release.json (not committed), so that this checkout's
-toolkit, and a wheel built from it, default to the release's sidecar. Exit 2 on bad input, one line."""
+toolkit, and a wheel built from it, default to the release's sidecar. Root is not needed: with
+--bases FILE (release.bases) the bases are loaded into the user's own storage and rootless podman
+builds on them. Exit 2 on bad input, one line."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pathlib
 import shutil
 import sys
 
-from release import bundle, images, version
+from release import bases, bundle, images, version
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kustomize", default=None, type=pathlib.Path,
                         help="the kustomize that renders the manifests (required; make release passes "
                              "the one built from its module, devcluster/build-controllers.sh tools)")
+    parser.add_argument("--bases", default=None, type=pathlib.Path,
+                        help="the images' bases as one archive (`python -m release.bases export FILE`, as root "
+                             "after make images), loaded into local storage first: how a user without root builds")
     args = parser.parse_args(argv)
     try:
         bundle.check_registry(args.registry)
@@ -35,9 +40,19 @@ def main(argv: list[str] | None = None) -> int:
             raise bundle.ReleaseError("--kustomize is required: the kustomize that renders the manifests")
         if not (args.kustomize.is_file() and os.access(args.kustomize, os.X_OK)):
             raise bundle.ReleaseError(f"--kustomize {args.kustomize}: not an executable file")
+        if args.bases is not None and not (args.bases.is_file() and os.access(args.bases, os.R_OK)):
+            raise bundle.ReleaseError(f"--bases {args.bases}: not a readable file "
+                                      "(python -m release.bases export FILE writes it)")
     except (bundle.ReleaseError, version.VersionError) as exc:
         print(f"release: {exc}", file=sys.stderr)
         return 2
+    try:
+        if args.bases is not None:
+            bases.load(args.bases)
+        bases.check()
+    except bases.BasesError as exc:
+        print(f"release: {exc}", file=sys.stderr)
+        return 1
     push = images.skopeo_push(f"docker://{args.registry}/{{name}}:{{tag}}", authfile=args.authfile)
     try:
         made = bundle.build_release(registry=args.registry, version=args.version, out_dir=args.out, push=push,
