@@ -4,12 +4,11 @@ for the DCP and Lightning suites the torch virtualenv and a root on each store."
 from __future__ import annotations
 
 import pathlib
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from devcluster import objectstores
+from devcluster import objectstores, torch_venv
 
 
 @pytest.fixture(scope="session", params=sorted(objectstores.SERVERS))
@@ -33,25 +32,16 @@ def server_without_conditional_writes(request: pytest.FixtureRequest) -> Iterato
 
 
 # The torch virtualenv and the stores the DCP and Lightning suites run on.
-BUILD_TORCH = pathlib.Path(__file__).resolve().parents[2] / "devcluster" / "build-torch-venv.sh"
-
-
-def _torch_venv(*args: str) -> str:
-    out = subprocess.run(["bash", str(BUILD_TORCH), *args], capture_output=True, text=True, timeout=1800, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout.splitlines()[-1]
-
-
 @pytest.fixture(scope="module")
 def torch_python() -> str:
     """The python of the cached torch virtualenv (devcluster/build-torch-venv.sh builds it once)."""
-    return _torch_venv()
+    return str(torch_venv.python())
 
 
 @pytest.fixture(scope="module")
 def torch_lowest_python() -> str:
     """The same at the lowest versions the fence's extras allow (build-torch-venv.sh lowest)."""
-    return _torch_venv("lowest")
+    return str(torch_venv.python("lowest"))
 
 
 @pytest.fixture(scope="module")
