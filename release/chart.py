@@ -4,7 +4,8 @@ exactly what the release's manifests install, with values for what a team change
 There is one copy of the manifests, deployments/k8s/base. The chart's templates are written here, at
 release time, from the very objects the release writes into controller.yaml, dispatcher.yaml and
 sidecar-rbac.yaml (kustomized, pinned, the prologue written in, labelled; release/bundle.py), and
-from those of deployments/monitoring. The chart's source, deployments/chart/dispatch-k8s, repeats
+from those of deployments/monitoring, and the one hook the manifests have no counterpart of, the
+uninstall guard (release/chart_hooks.py). The chart's source, deployments/chart/dispatch-k8s, repeats
 no manifest: Chart.yaml, values.yaml (the defaults the release fills in written `${name}`),
 values.schema.json, README.md, and templates/_helpers.tpl and NOTES.txt.
 
@@ -33,6 +34,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import yaml
+
+from release import chart_hooks
 
 SOURCE = pathlib.Path(__file__).resolve().parents[1] / "deployments" / "chart" / "dispatch-k8s"
 NAME = "dispatch-k8s"
@@ -235,8 +238,11 @@ def templates(parts: Mapping[str, list[dict[str, Any]]], *, registry: str,
         raise ChartError(f"monitoring: {unplaced} without a namespace (only the PrometheusRule takes ruleNamespace)")
     monitoring = "".join(docs([d], namespace="$.Values.monitoring.ruleNamespace" if d["kind"] == "PrometheusRule"
                               else None) for d in parts["monitoring"])
+    guard = chart_hooks.uninstall_guard(*_controller_deployment(parts["controller"], references["controller"]))
     return {
         "controller.yaml": HEAD.format(source="the release's controller.yaml") + docs(core),
+        "uninstall-guard.yaml": (HEAD.format(source="release/chart_hooks.py, beside the release's controller.yaml")
+                                 + docs(guard)),
         "identity-policy.yaml": (HEAD.format(source="the identity policy's objects of the release's controller.yaml")
                                  + "{{- if $.Values.identityPolicy.enabled }}\n" + docs(policy) + "{{- end }}\n"),
         "dispatcher.yaml": (HEAD.format(source="the release's dispatcher.yaml")

@@ -67,6 +67,7 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 WORKLOAD = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload")
 ADMISSION_CHECK = Resource(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", "AdmissionCheck", False)
+CLUSTER_QUEUE = Resource(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", "ClusterQueue", False)
 POD = Resource("", "v1", "pods", "Pod")
 SECRET = Resource("", "v1", "secrets", "Secret")
 CONFIG_MAP = Resource("", "v1", "configmaps", "ConfigMap")

@@ -89,11 +89,13 @@ def keyed(docs: list[dict[str, Any]]) -> Objects:
     return out
 
 
-def rendered(helm: Helm, tgz: str, *args: str) -> Objects:
-    """`helm template` of the chart, Helm's own labels left out."""
+def rendered(helm: Helm, tgz: str, *args: str, hooks: bool = False) -> Objects:
+    """`helm template` of the chart, Helm's own labels left out; only its hooks with HOOKS, else
+    only what is not a hook."""
     done = helm("template", "dispatch-k8s", tgz, *args)
     assert done.returncode == 0, done.stderr
-    docs = documents(done.stdout)
+    docs = [d for d in documents(done.stdout)
+            if ("helm.sh/hook" in (d["metadata"].get("annotations") or {})) == hooks]
     for doc in docs:
         labels = doc["metadata"]["labels"]
         assert labels.pop("app.kubernetes.io/managed-by") == "Helm"
@@ -215,6 +217,33 @@ def test_changed_values_show_in_the_output(
     subjects = got[("ClusterRoleBinding", "", "dispatch-controller")]["subjects"]
     assert [s["namespace"] for s in subjects] == ["team-dispatch"]
     assert ("Namespace", "", "team-dispatch") in got and ("Namespace", "", "team-runs") in got
+
+
+def test_the_uninstall_guard_is_a_pre_delete_hook_of_the_controller_image_that_only_reads(
+        helm: Helm, tgz: str, released: tuple[dict[str, pathlib.Path], dict[str, str]]) -> None:
+    files, references = released
+    got = rendered(helm, tgz, "--set", "namespace=team-dispatch", hooks=True)
+    assert set(got) == {("ServiceAccount", "team-dispatch", "dispatch-uninstall-guard"),
+                        ("ClusterRole", "", "dispatch-uninstall-guard"),
+                        ("ClusterRoleBinding", "", "dispatch-uninstall-guard"),
+                        ("Job", "team-dispatch", "dispatch-uninstall-guard")}
+    assert {d["metadata"]["annotations"]["helm.sh/hook"] for d in got.values()} == {"pre-delete"}
+    (rule,) = got[("ClusterRole", "", "dispatch-uninstall-guard")]["rules"]
+    assert rule["verbs"] == ["get", "list"] and rule["apiGroups"] == ["kueue.x-k8s.io"]
+    job = got[("Job", "team-dispatch", "dispatch-uninstall-guard")]
+    assert int(job["metadata"]["annotations"]["helm.sh/hook-weight"]) > max(
+        int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for k, d in got.items() if k[0] != "Job")
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == references["controller"]
+    assert container["command"][-2:] == ["-m", "controller.uninstall_guard"]
+    # As restricted a pod as the controller's own (the namespace enforces Pod Security restricted).
+    deployment = release_file(files, "controller.yaml")[("Deployment", "dispatch-system", "dispatch-controller")]
+    assert pod["securityContext"] == deployment["spec"]["template"]["spec"]["securityContext"]
+    (controller,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["securityContext"] == controller["securityContext"]
+    assert got[("ClusterRoleBinding", "", "dispatch-uninstall-guard")]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "dispatch-uninstall-guard", "namespace": "team-dispatch"}]
 
 
 def test_the_metrics_port_admits_the_scrapers_listed(helm: Helm, tgz: str, tmp_path: pathlib.Path) -> None:
