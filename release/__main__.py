@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", default=None, help="the release's version (default: derived, release.version)")
     parser.add_argument("--out", default="dist/release", type=pathlib.Path, help="output directory")
     parser.add_argument("--authfile", default=None, help="podman's auth file for the registry")
+    parser.add_argument("--no-tls-verify", action="store_true",
+                        help="push without TLS verification: plain HTTP, or a certificate not checked "
+                             "(a registry on loopback)")
     parser.add_argument("--kustomize", default=None, type=pathlib.Path,
                         help="the kustomize that renders the manifests (required; make release passes "
                              "the one built from its module, devcluster/build-controllers.sh tools)")
@@ -53,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     except bases.BasesError as exc:
         print(f"release: {exc}", file=sys.stderr)
         return 1
-    push = images.skopeo_push(f"docker://{args.registry}/{{name}}:{{tag}}", authfile=args.authfile)
+    push = images.skopeo_push(f"docker://{args.registry}/{{name}}:{{tag}}", authfile=args.authfile,
+                              tls_verify=not args.no_tls_verify)
     try:
         made = bundle.build_release(registry=args.registry, version=args.version, out_dir=args.out, push=push,
                                     kustomize=args.kustomize, images_archive=True)
