@@ -128,7 +128,8 @@ test-python: venv images controlplane objectstores torch-venv sdk-venv
 	bash scripts/run-tests.sh python
 
 # The whole system on the local cluster (devcluster/demo.py); it builds the cluster first (cached),
-# with a line per build step, versitygw for the object store its fence stage serves among them.
+# with a line per build step, versitygw for the object store its fence stage serves among them, and
+# the pinned torch virtualenv (devcluster/build-torch-venv.sh) its fence stage's trainer mounts.
 demo: venv images release-images
 	$(PY) -m devcluster.demo
 

@@ -21,7 +21,8 @@ Every identity in the table is what a container printed, read back through
              starts (a Warning Event that `kubectl describe` shows); nothing
              is stopped
   fence      the cluster's object store (S3, on the node's address): a
-             TrainJob's trainer saves through the checkpoint fence; preempted,
+             TrainJob's trainer checkpoints with PyTorch DCP through the
+             fence's storage layer (torch mounted from the host); preempted,
              it saves once more within its grace period, after the next
              execution (A raised) has restored what LATEST named and
              published: that late save is refused, naming both epochs, and
@@ -69,7 +70,7 @@ import kubernetes.client
 
 from controller import admission
 from devcluster import demo_dispatch, demo_fence, demo_output, harness, install, local, node as node_mod, objectstores
-from devcluster import scenario
+from devcluster import scenario, torch_venv
 from devcluster import stack as stack_mod
 from toolkit import adapter, names, render, runtime_check
 
@@ -107,7 +108,7 @@ def _a(pods: list[dict[str, Any]]) -> set[str]:
 
 
 def _story(stack: stack_mod.Stack, namespace: str, suffix: str, marks: pathlib.Path,
-           store: demo_fence.Store) -> list[tuple[str, scenario.Scenario]]:
+           store: demo_fence.Store, torch_site: pathlib.Path) -> list[tuple[str, scenario.Scenario]]:
     with stack.plane.api_client() as api, stack.plane.api_client() as api2:
         scenario.kueue_queues(api, suffix=suffix, namespace=namespace, check_controller=admission.CONTROLLER_NAME)
         low = scenario.Scenario(stack, api, namespace)
@@ -169,7 +170,7 @@ def _story(stack: stack_mod.Stack, namespace: str, suffix: str, marks: pathlib.P
         expect(not low.trainjob()["spec"].get("suspend"), "nothing was stopped: the TrainJob is not suspended")
         say("  nothing stopped: the TrainJob still runs; recovery is a person's call")
         _stage_adopt(low)
-        fenced = demo_fence.stage(stack, store, marks, f"{namespace}-fence")
+        fenced = demo_fence.stage(stack, store, marks, f"{namespace}-fence", torch_site)
 
         plain = scenario.Scenario(stack, api, namespace, service_account=False)
         _stage_plain(plain)
@@ -289,6 +290,13 @@ def main() -> int:
     start = time.monotonic()
     stores_bin = objectstores.bin_dir(objectstores.S3Server.binary)
     say(f"  versitygw, the cluster's object store: {stores_bin} ({time.monotonic() - start:.1f}s)")
+    start = time.monotonic()
+    try:
+        torch_site = torch_venv.site_packages(torch_venv.python())
+    except torch_venv.BuildFailed as e:
+        print(f"demo: FAILED: the torch virtualenv: {e}", file=sys.stderr)
+        return 1
+    say(f"  torch, mounted into the fence stage's trainer: {torch_site} ({time.monotonic() - start:.1f}s)")
     running: stack_mod.Stack | None = None
     store: demo_fence.Store | None = None
     marks = pathlib.Path(tempfile.mkdtemp(prefix="dispatch-demo-marks-"))
@@ -322,7 +330,7 @@ def main() -> int:
         store = demo_fence.Store()
         say(f"the cluster's object store: versitygw at {store.url} (S3 with conditional writes, on the node's "
             f"address; credentials of this run's own, for the pods in a Secret), bucket {store.bucket}")
-        jobs = _story(running, namespace, namespace, marks, store)
+        jobs = _story(running, namespace, namespace, marks, store, torch_site)
         demo_dispatch.stage(running)
         ok = _table(jobs)
         low = jobs[0][1]

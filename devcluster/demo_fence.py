@@ -7,14 +7,20 @@ with the cluster, its data directory removed. The pods get its address and crede
 Secret, through the environment, as training pods get theirs.
 
 One TrainJob in Kueue mode, in a namespace and ClusterQueue of its own (room for one of its pods:
-a higher priority preempts it), runs the sample trainer with the fence's s3 extra
-(localhost/dispatch/sample-trainer:python-s3, images/sample-trainer/train) with a checkpoint root
-on that store. Its first execution restores nothing, saves through the fence (LATEST names its
+a higher priority preempts it), runs the sample trainer that checkpoints with PyTorch Distributed
+Checkpoint through the fence's storage layer (images/sample-trainer/train-dcp, in
+localhost/dispatch/sample-trainer:python-s3: `torch.distributed.checkpoint.save` with
+`dispatch_fence.dcp_storage.Writer`, `load` with `dcp_reader.Reader`) with a checkpoint root on
+that store. torch is not in the image (its build for this machine is several GB): the pod mounts,
+read-only, the site-packages of the torch virtualenv the fence's suites run in
+(devcluster/build-torch-venv.sh, built here first when the cache has none), on the node that is
+this host. Its first execution restores nothing, saves through the fence (LATEST names its
 checkpoint) and trains on; preempted, it is sent SIGTERM and, as trainers do, saves once more
-before it exits, within its grace period: that save is late on purpose, published only once LATEST
+before it exits, within its grace period: that save is late on purpose, started only once LATEST
 names a newer epoch (gated on the new execution's publish, not timed). Kueue admits the TrainJob
 again (A raised): the second execution restores what LATEST names, the first one's save, and
-publishes its own. Then the first execution's save is refused, with both epochs, and LATEST still
+publishes its own. Then the first execution's save is refused by the fence in DCP's global plan,
+before a byte is written, with both epochs, and LATEST still
 names the second one's checkpoint. Every line shown is read from the containers' logs (`pods/log`),
 the last one from the store itself.
 
@@ -49,8 +55,11 @@ SLOW = f"{scenario.MARKS}/slow"
 # restores, saves and exits. The identity first, as `env` prints it (the scenario reads it from
 # those lines; the rest of the environment holds the store's credentials, not for a log).
 COMMAND = ["/bin/sh", "-c",
-           f'env | grep ^DISPATCH_; if mkdir {SLOW} 2>/dev/null; then exec train --checkpoint "$CHECKPOINTS" --restore --late-save; '
-           'fi; exec train --checkpoint "$CHECKPOINTS" --restore']
+           f'env | grep ^DISPATCH_; if mkdir {SLOW} 2>/dev/null; then exec train-dcp --checkpoint "$CHECKPOINTS" --restore '
+           '--late-save; fi; exec train-dcp --checkpoint "$CHECKPOINTS" --restore']
+# Where the pod sees the torch virtualenv's site-packages, after the image's own modules.
+TORCH_MOUNT = "/opt/torch/site-packages"
+PYTHONPATH = f"/usr/local/lib/dispatch:{TORCH_MOUNT}"
 # 100m (110m with the sidecar) in a ClusterQueue of 150m: one pod fits, a second preempts. Three fit
 # the node beside the story's TrainJob (the old one terminating, the high one, the new one).
 CPU, QUOTA = "100m", "150m"
@@ -122,14 +131,16 @@ def _name(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-def stage(stack: stack_mod.Stack, store: Store, marks: pathlib.Path, namespace: str) -> scenario.Scenario:
-    """The stage; returns the fenced TrainJob's scenario, whose executions join the demo's table."""
+def stage(stack: stack_mod.Stack, store: Store, marks: pathlib.Path, namespace: str,
+          torch_site: pathlib.Path) -> scenario.Scenario:
+    """The stage (TORCH_SITE: the torch virtualenv's site-packages, mounted into the trainer's pod);
+    returns the fenced TrainJob's scenario, whose executions join the demo's table."""
     shared = marks / "fence"
     shared.mkdir()
     os.chown(shared, TRAINER_USER, TRAINER_USER)
     root = f"s3://{store.bucket}/{namespace}"
-    out.say(f"fence: checkpoints through the fence on the cluster's object store (versitygw, S3 with conditional "
-            f"writes, at {store.url}); root {root}; namespace {namespace}")
+    out.say(f"fence: checkpoints with PyTorch DCP through the fence's storage layer, on the cluster's object store "
+            f"(versitygw, S3 with conditional writes, at {store.url}); root {root}; namespace {namespace}")
     with stack.plane.api_client() as api, stack.plane.api_client() as api2:
         harness.create_namespace(api, namespace)
         scenario.kueue_queues(api, suffix=namespace, namespace=namespace, check_controller=admission.CONTROLLER_NAME,
@@ -143,9 +154,12 @@ def stage(stack: stack_mod.Stack, store: Store, marks: pathlib.Path, namespace: 
             runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"])
         pod_spec["terminationGracePeriodSeconds"] = GRACE_SECONDS
         pod_spec["containers"][0]["envFrom"] = [{"secretRef": {"name": SECRET}}]
+        pod_spec["volumes"].append({"name": "torch", "hostPath": {"path": str(torch_site), "type": "Directory"}})
+        pod_spec["containers"][0]["volumeMounts"].append({"name": "torch", "mountPath": TORCH_MOUNT, "readOnly": True})
         job.create_runtime(runtime)
         job.create_runtime(scenario.runtime("urgent", cpu=CPU))
-        job.start("fenced", queue="lq", job_id="llama.ckpt", command=COMMAND, env={"CHECKPOINTS": root},
+        job.start("fenced", queue="lq", job_id="llama.ckpt", command=COMMAND,
+                  env={"CHECKPOINTS": root, "PYTHONPATH": PYTHONPATH},
                   labels={"kueue.x-k8s.io/priority-class": f"low-{namespace}"})
 
         # Execution 1 saves through the fence and trains on.
@@ -163,8 +177,8 @@ def stage(stack: stack_mod.Stack, store: Store, marks: pathlib.Path, namespace: 
         high.start("urgent", queue="lq", job_id="eval.ckpt",
                    labels={"kueue.x-k8s.io/priority-class": f"high-{namespace}"})
         job.wait("the eviction", lambda: job.trainjob()["spec"].get("suspend"))
-        job.wait("the first execution's final save, staged after SIGTERM",
-                 lambda: _line(job.log(first_pod), f".staging-{first.attempt}-final"))
+        job.wait("the first execution's final save, its state held after SIGTERM",
+                 lambda: _line(job.log(first_pod), f"({first.attempt}-final)"))
         out.say(f"  preempted: Kueue evicted it; its trainer runs on within its grace period ({GRACE_SECONDS} s), "
                 f"its log: {_line(job.log(first_pod), 'train: SIGTERM')}")
         for pod in high.new_pods():

@@ -328,9 +328,11 @@ done
 # on this machine's architecture and unpacked here (the base has no pip),
 # and this machine's CA bundle (Debian's ca-certificates): obstore's HTTP
 # client loads the system's CA certificates before any request, TLS or not.
-fence_s3_files=(fence/dispatch_fence/{__init__,__main__,aws,checkpoint,cli,client,model,objectstore,posix,roots,s3,transfer}.py)
+# The DCP storage layer's modules too (train-dcp imports them; torch is not in the image: the demo
+# mounts the torch of build-torch-venv.sh, devcluster/demo_fence.py).
+fence_s3_files=(fence/dispatch_fence/{__init__,__main__,aws,checkpoint,cli,client,model,objectstore,posix,roots,s3,transfer,dcp_storage,dcp_reader}.py)
 fence_s3_wheels() {
-  grep -o 'obstore==[0-9.]*' fence/pyproject.toml
+  grep -i '^obstore==' constraints.txt
   grep -i '^typing[-_]extensions==' constraints.txt
 }
 build_trainer_s3() {
@@ -338,7 +340,7 @@ build_trainer_s3() {
   [[ -x $py ]] || py=python3
   ctx=$(mktemp -d)
   mkdir "$ctx/dispatch_fence" "$ctx/site" "$ctx/wheels"
-  cp images/sample-trainer/train /etc/ssl/certs/ca-certificates.crt "$ctx/"
+  cp images/sample-trainer/train images/sample-trainer/train-dcp /etc/ssl/certs/ca-certificates.crt "$ctx/"
   cp "${fence_s3_files[@]}" "$ctx/dispatch_fence/"
   # shellcheck disable=SC2046 # one requirement per line
   "$py" -m pip download -q --no-deps --only-binary :all: --implementation cp --python-version 3.11 \
@@ -350,7 +352,7 @@ build_trainer_s3() {
   rm -rf "$ctx"
 }
 ensure localhost/dispatch/sample-trainer:python-s3 build_trainer_s3 images/sample-trainer-s3.Containerfile \
-  images/sample-trainer/train "${fence_s3_files[@]}" <(fence_s3_wheels) /etc/ssl/certs/ca-certificates.crt \
+  images/sample-trainer/train images/sample-trainer/train-dcp "${fence_s3_files[@]}" <(fence_s3_wheels) /etc/ssl/certs/ca-certificates.crt \
   <(podman image inspect --format '{{.Id}}' localhost/dispatch-base/python:3.11-bookworm)
 
 # --- the sidecar verifier, as the local cluster's runtimes name it (devcluster/local.py SIDECAR_IMAGE)

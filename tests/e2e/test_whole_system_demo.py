@@ -162,7 +162,8 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule(release_i
     assert "the dispatcher's pod stopped on SIGTERM, exit 0" in out, out
     assert "refused as expected: spec.template.spec.failurePolicy.restartStrategy" in out
     # The fence stage, read from the containers' logs: the execution preempted by Kueue (admitted
-    # again with A raised) makes a save after the next one published; refused, naming both epochs.
+    # again with A raised) makes a save after the next one published, through PyTorch DCP and the
+    # fence's storage layer; refused, naming both epochs.
     fenced = next(r for job, r in by_job.items() if job.startswith("llama-ckpt"))
     assert [r[3] for r in fenced] == ["0", "0"] and int(fenced[1][2]) > int(fenced[0][2]), fenced
     old, new = (int(r[5]) for r in fenced)
@@ -176,7 +177,7 @@ def test_the_demo_runs_the_story_and_its_table_holds_the_identity_rule(release_i
     assert (restored[4], int(restored[5])) == (fenced[0][6], old), restored.groups()
     published = re.search(r"  it saved through the fence and exited 0: LATEST names (ckpt-0*(\d+)-\S+)$", out, re.M)
     assert published and int(published[2]) == new, out
-    refused = re.search(r"    python -m dispatch_fence publish: epoch (\d+) is lower than epoch (\d+) \((ckpt-\S+)\) "
+    refused = re.search(r"    train: DCP save refused by the fence: epoch (\d+) is lower than epoch (\d+) \((ckpt-\S+)\) "
                         r"in s3://\S+: a superseded execution's save, refused; nothing published$", out, re.M)
     assert refused and (int(refused[1]), int(refused[2]), refused[3]) == (old, new, published[1]), out
     assert published.start() < refused.start(), out  # the late save was tried after the new publish
