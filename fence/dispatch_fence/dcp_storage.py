@@ -27,6 +27,13 @@ CheckpointException on every rank whose `failures` hold it; `refusal` finds the
 fence's error in one. The on-disk format is DCP's own (`.metadata` pickled, each
 item a _StorageInfo), so FileSystemReader reads a POSIX checkpoint too.
 
+async_save copies the state before it returns (Writer.stage: every tensor copied to the CPU),
+so the writes in DCP's thread see the state as it was at the call while training changes it.
+The writer is its own AsyncStager for one reason: torch 2.4's staging moves tensors to the CPU
+without copying those already there, so a CPU tensor changed by training after async_save
+returned was written as it then was. Newer torch's default stager copies (2.15's does), as this
+one does at every version; an async_stager= given to async_save, where torch takes one, wins.
+
 What a failed save leaves: a rank's failed write stops DCP before finish, so a
 claimed name on an object store holds part of a checkpoint without the marker
 (never named; it fences, as a crashed publish's objects do), and a POSIX
@@ -38,7 +45,9 @@ nothing of the fence imports it but the DCP integration's other modules.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import io
 import os
 import pickle
 import secrets
@@ -49,6 +58,7 @@ import torch
 from torch.distributed.checkpoint import filesystem as torch_fs
 from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
+from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
@@ -103,7 +113,25 @@ def _tensor_bytes(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-class Writer(StorageWriter):
+def staged(value: Any) -> Any:
+    """A copy of a state dict VALUE that training cannot change: each tensor (a DTensor too) copied
+    to the CPU, containers rebuilt, anything else but bytes and numbers deep-copied, as DCP's own
+    stager does."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: staged(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [staged(item) for item in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, io.BytesIO):
+        return io.BytesIO(value.getvalue())
+    if value is None or isinstance(value, (int, float, str, bytes)):
+        return value
+    return copy.deepcopy(value)
+
+
+class Writer(StorageWriter, AsyncStager):
     """Writes a DCP checkpoint into ROOT (or the checkpoint_id DCP is given) and publishes it, fenced
     by EPOCH; see the module's docstring. EPOCH and ATTEMPT default to $DISPATCH_EPOCH and
     $DISPATCH_ATTEMPT, checked here; KEEP keeps the newest KEEP checkpoints. `checkpoint` is what
@@ -122,6 +150,17 @@ class Writer(StorageWriter):
     @property
     def checkpoint_id(self) -> str | None:
         return self.root
+
+    # Staging copies before async_save returns: nothing is left for DCP to wait for after it.
+    _synchronize_after_execute = False
+
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """async_save's copy of STATE_DICT (see the module's docstring)."""
+        result: dict[str, Any] = staged(state_dict)
+        return result
+
+    def synchronize_staging(self) -> None:
+        """Nothing to wait for: stage copies before it returns."""
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         if checkpoint_id is not None:

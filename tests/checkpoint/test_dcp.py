@@ -15,6 +15,8 @@ lives in a virtualenv of its own, cached in the user cache
   superseded execution, planned before the newer execution published and
   written after, is refused on every rank, and so is one started after
 - docs/checkpoint.md's DCP example runs as written
+- at the lowest versions the `dcp` extra allows (torch 2.4), a save, an async save and their loads,
+  and a superseded async save refused on every rank, on a POSIX root
 """
 
 from __future__ import annotations
@@ -159,6 +161,34 @@ def test_an_async_save_overtaken_by_a_newer_execution_is_refused_on_every_rank(
         assert not [k for k in stores.tree(server, root) if "-j.1.0.1.0/" in k]
     else:
         assert [c.epoch for c in checkpoint.checkpoints(root)] == [6]
+
+
+def test_at_the_lowest_versions_the_extra_allows_a_save_and_an_async_save_publish_and_load_and_a_late_one_is_refused(
+        torch_lowest_python: str, tmp_path: pathlib.Path) -> None:
+    """torch 2.4 (devcluster/build-torch-venv.sh lowest) on a POSIX root, for what differs between
+    the ends: DCP's save, async_save (the state restored is the one at the call, though training
+    changed it: the writer's own staging) and load, and a refusal through DCP's CheckpointException.
+    The races and the stores run at the pinned end only; the storage layer's suite runs the rest."""
+    root = str(tmp_path / "root")
+    python = torch_lowest_python
+    code, lines, err = finish(torchrun(python, {}, "save", root, epoch=5, attempt="j.1.0.1.0"))
+    old = checkpoint.name_of(5, 1, "j.1.0.1.0")
+    assert (code, lines) == (0, [f"rank 0: published {old}", f"rank 1: published {old}"]), err[-3000:]
+    code, lines, err = finish(torchrun(python, {}, "load", root, "5"))
+    assert (code, lines) == (0, [f"rank 0: loaded {old} bit-exact", f"rank 1: loaded {old} bit-exact"]), err[-3000:]
+    code, lines, err = finish(torchrun(python, {}, "async", root, epoch=6, attempt="j.1.0.2.0"))
+    name = checkpoint.name_of(6, 2, "j.1.0.2.0")
+    assert (code, lines) == (0, [
+        f"rank {r}: {said}" for r in (0, 1) for said in (
+            f"before result() LATEST names {old}",
+            f"published {name}; LATEST names it; shards __0_0.distcp __1_0.distcp")]), err[-3000:]
+    code, lines, err = finish(torchrun(python, {}, "load", root, "6"))
+    assert (code, lines) == (0, [f"rank 0: loaded {name} bit-exact", f"rank 1: loaded {name} bit-exact"]), err[-3000:]
+    code, lines, err = finish(torchrun(python, {}, "async", root, epoch=5, attempt="j.1.0.1.0"))
+    refused = sorted(line for line in err.splitlines() if line.startswith("rank ") and "refused" in line)
+    want = [(f"rank {r}: refused: epoch 5 is lower than epoch 6 ({name}) in {root}: a superseded execution's save, "
+             "refused; nothing published") for r in (0, 1)]
+    assert (code, refused) == (1, want), err[-3000:]
 
 
 def test_the_doc_example_runs_as_written(torch_python: str, s3: objectstores.Server, tmp_path: pathlib.Path) -> None:

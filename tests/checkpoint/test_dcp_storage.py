@@ -14,10 +14,17 @@ the GCS emulator; the requests counted and timed by the proxy in front of the st
 - an async save overtaken by a newer execution between its claim and its publish is refused on
   every rank, and leaves nothing under the root of an object store
 - bad input to the writer and the reader is one line naming the field
+
+At the lowest versions the `dcp` extra allows (torch 2.4, devcluster/build-torch-venv.sh lowest)
+only the tests of the API that differs between the ends run, each on one root: save, load and
+refusal (POSIX), a load's ranged reads and an async save's upload beside training (S3), bad input.
+The races are the fence's own and the stores are not torch's: they run at the pinned end only,
+which keeps the suite's time at the lowest end to a few torchrun starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import re
@@ -49,12 +56,18 @@ def store(request: pytest.FixtureRequest) -> objectstores.Server:
     return server
 
 
-@pytest.fixture
-def proxied(store: objectstores.Server) -> Iterator[tuple[objectstores.Server, proxy.Proxy, dict[str, str]]]:
+@contextlib.contextmanager
+def proxy_before(store: objectstores.Server) -> Iterator[tuple[objectstores.Server, proxy.Proxy, dict[str, str]]]:
     """(the server, a proxy in front of it, the client environment that goes through the proxy)."""
     key = "AWS_ENDPOINT_URL" if "AWS_ENDPOINT_URL" in store.env else "STORAGE_EMULATOR_HOST"
     with proxy.Proxy(store.env[key].removeprefix("http://"), drop=lambda method, target: False) as p:
         yield store, p, {**store.env, key: f"http://{p.address}"}
+
+
+@pytest.fixture
+def proxied(store: objectstores.Server) -> Iterator[tuple[objectstores.Server, proxy.Proxy, dict[str, str]]]:
+    with proxy_before(store) as found:
+        yield found
 
 
 def torchrun(python: str, env: dict[str, str], *args: str, epoch: int | None = None,
@@ -90,14 +103,22 @@ def refused(epoch: int, fence: int, name: str, root: str) -> list[str]:
 
 def test_a_save_publishes_a_load_restores_and_a_superseded_save_is_refused_on_every_rank(
         torch_python: str, where: tuple[str, objectstores.Server | None]) -> None:
-    root, server = where
+    saved_loaded_refused(torch_python, *where)
+
+
+def test_at_the_lowest_versions_a_save_publishes_a_load_restores_and_a_superseded_save_is_refused(
+        torch_lowest_python: str, tmp_path: pathlib.Path) -> None:
+    saved_loaded_refused(torch_lowest_python, str(tmp_path / "root"), None)
+
+
+def saved_loaded_refused(python: str, root: str, server: objectstores.Server | None) -> None:
     env = server.env if server else {}
-    code, lines, err = finish(torchrun(torch_python, env, "save", root, epoch=5, attempt="j.1.0.2.0"))
+    code, lines, err = finish(torchrun(python, env, "save", root, epoch=5, attempt="j.1.0.2.0"))
     name = checkpoint.name_of(5, 1, "j.1.0.2.0")
     assert (code, lines) == (0, saved(name)), err[-3000:]
-    code, lines, err = finish(torchrun(torch_python, env, "load", root, "5"))
+    code, lines, err = finish(torchrun(python, env, "load", root, "5"))
     assert (code, [line for line in lines if "loaded" in line]) == (0, loaded(name)), err[-3000:]
-    code, lines, err = finish(torchrun(torch_python, env, "save", root, epoch=4, attempt="j.1.0.1.0"))
+    code, lines, err = finish(torchrun(python, env, "save", root, epoch=4, attempt="j.1.0.1.0"))
     assert (code, lines, refusals(err)) == (1, [], refused(4, 5, name, root)), err[-3000:]
     # Refused in the global plan, before any rank wrote: no claim, no staging directory.
     if server is not None:
@@ -127,12 +148,21 @@ def covered(spans: list[tuple[str, int, int]]) -> set[tuple[str, int]]:
 
 def test_each_rank_reads_only_the_byte_ranges_its_load_plan_asks_for(
         torch_python: str, proxied: tuple[objectstores.Server, proxy.Proxy, dict[str, str]]) -> None:
-    server, p, env = proxied
+    reads_its_ranges_only(torch_python, *proxied)
+
+
+def test_at_the_lowest_versions_each_rank_reads_only_the_byte_ranges_its_load_plan_asks_for(
+        torch_lowest_python: str, s3: objectstores.Server) -> None:
+    with proxy_before(s3) as proxied:
+        reads_its_ranges_only(torch_lowest_python, *proxied)
+
+
+def reads_its_ranges_only(python: str, server: objectstores.Server, p: proxy.Proxy, env: dict[str, str]) -> None:
     root = server.root()
-    code, lines, err = finish(torchrun(torch_python, server.env, "save", root, "--rows", "4096", epoch=5,
+    code, lines, err = finish(torchrun(python, server.env, "save", root, "--rows", "4096", epoch=5,
                                        attempt="j.1.0.1.0"))
     assert code == 0, err[-3000:]
-    code, lines, err = finish(torchrun(torch_python, env, "load", root, "5", "--rows", "4096"))
+    code, lines, err = finish(torchrun(python, env, "load", root, "5", "--rows", "4096"))
     assert (code, [line for line in lines if "loaded" in line]) == (0, loaded(checkpoint.name_of(5, 1, "j.1.0.1.0"))), \
         err[-3000:]
     needs = {r: [tuple(n) for n in json.loads(v)] for r, v in said(lines, "needs").items()}
@@ -156,10 +186,19 @@ def uploads_of(log: list[proxy.Logged], key: str) -> list[proxy.Logged]:
 
 def test_an_async_save_uploads_while_training_steps_run_and_publishes_after_every_rank(
         torch_python: str, proxied: tuple[objectstores.Server, proxy.Proxy, dict[str, str]]) -> None:
-    server, p, env = proxied
+    uploads_beside_training(torch_python, *proxied)
+
+
+def test_at_the_lowest_versions_an_async_save_uploads_while_training_steps_run_and_publishes_after_every_rank(
+        torch_lowest_python: str, s3: objectstores.Server) -> None:
+    with proxy_before(s3) as proxied:
+        uploads_beside_training(torch_lowest_python, *proxied)
+
+
+def uploads_beside_training(python: str, server: objectstores.Server, p: proxy.Proxy, env: dict[str, str]) -> None:
     root = server.root()
     rows = str(96 * 1024)  # 12 MiB of the sharded tensor on each rank
-    code, lines, err = finish(torchrun(torch_python, env, "async", root, "--rows", rows, epoch=6,
+    code, lines, err = finish(torchrun(python, env, "async", root, "--rows", rows, epoch=6,
                                        attempt="j.1.0.2.0"))
     name = checkpoint.name_of(6, 1, "j.1.0.2.0")
     assert (code, [line for line in lines if "saved" in line]) == (0, saved(name)), err[-3000:]
@@ -177,7 +216,7 @@ def test_an_async_save_uploads_while_training_steps_run_and_publishes_after_ever
         assert [s for s in steps if start <= s[0] and s[1] <= end], (start, end, steps[:5], steps[-5:])
         # ... and LATEST went up only after it (and every other rank's) had landed.
         assert latest[0].started > end
-    code, lines, err = finish(torchrun(torch_python, server.env, "load", root, "6", "--rows", rows))
+    code, lines, err = finish(torchrun(python, server.env, "load", root, "6", "--rows", rows))
     assert (code, [line for line in lines if "loaded" in line]) == (0, loaded(name)), err[-3000:]
 
 
@@ -242,11 +281,13 @@ for case in cases:
 """
 
 
+@pytest.mark.parametrize("end", ["pinned", "lowest"])
 def test_bad_input_to_the_writer_and_the_reader_is_one_line_naming_the_field(
-        torch_python: str, tmp_path: pathlib.Path) -> None:
+        end: str, request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> None:
+    python: str = request.getfixturevalue("torch_python" if end == "pinned" else "torch_lowest_python")
     env = {**objectstores.clean_env(), "PYTHONPATH": str(kit.REPO / "fence")}
     top = tmp_path / "root"
-    out = subprocess.run([torch_python, "-c", BAD_INPUT, str(top)], env=env, capture_output=True, text=True,
+    out = subprocess.run([python, "-c", BAD_INPUT, str(top)], env=env, capture_output=True, text=True,
                          timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     junk, empty = (top / f"ckpt-0000000000000000001-00000{n}-a" for n in (1, 2))
