@@ -27,7 +27,7 @@ case ${1:-pinned} in
     pins='torch==2.15.0 numpy==2.4.6 obstore==0.12.1 google-cloud-storage==3.17.1 lightning==2.6.6 transformers==5.25.0 accelerate==1.16.0'
     constraints=$here/torch-constraints.txt ;;
   lowest)
-    pins='torch==2.4.0 numpy==1.26.4 obstore==0.12.1 google-cloud-storage==3.17.1 lightning==2.4.0 transformers==4.46.1 accelerate==1.0.0'
+    pins='torch==2.4.0 numpy==1.26.4 obstore==0.7.0 google-cloud-storage==3.0.0 lightning==2.4.0 transformers==4.46.1 accelerate==1.0.0'
     constraints=$here/torch-lowest-constraints.txt ;;
   *)
     echo "build-torch-venv.sh: the set is pinned or lowest, not $1" >&2
