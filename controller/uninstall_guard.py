@@ -4,8 +4,8 @@
 Kueue admits nothing of a ClusterQueue that lists an AdmissionCheck nobody answers: with our
 controller gone, every Workload of a queue that still lists one of our checks waits for ever. So
 `helm uninstall` runs this first, as a Job, and it refuses while a ClusterQueue lists one of our
-checks (`spec.admissionChecksStrategy.admissionChecks`) or a
-Workload still carries one in its status: exit 1, one line naming each such queue and the count of
+checks (`spec.admissionChecksStrategy.admissionChecks`) or an
+unfinished Workload still carries one in its status (a finished one waits on nothing): exit 1, one line naming each such queue and the count of
 such Workloads, which the Job's log keeps and Helm reports as its failed hook. It changes nothing:
 the queues are the platform team's, and which of them admitted training through our check is
 theirs to decide. Exit 0 when none does; 2 when the cluster cannot be read.
@@ -30,14 +30,20 @@ def listed(queue: dict[str, Any]) -> set[str]:
     return {str(entry.get("name")) for entry in strategy.get("admissionChecks") or []}
 
 
+def finished(workload: dict[str, Any]) -> bool:
+    """A Workload Kueue has finished: it waits on nothing, whatever checks its status still names."""
+    return any(c.get("type") == "Finished" and c.get("status") == "True"
+               for c in (workload.get("status") or {}).get("conditions") or [])
+
+
 def blockers(checks: set[str], queues: Iterable[dict[str, Any]], workloads: Iterable[dict[str, Any]]) -> list[str]:
     """Why an uninstall would leave queues waiting on CHECKS, a line each; empty when nothing would."""
     lines = [f"ClusterQueue {q['metadata']['name']} lists {', '.join(sorted(listed(q) & checks))}: "
              "remove it from the queue first" for q in queues if listed(q) & checks]
-    waiting = sum(1 for w in workloads
-                  if any(e.get("name") in checks for e in (w.get("status") or {}).get("admissionChecks") or []))
+    waiting = sum(1 for w in workloads if not finished(w)
+                  and any(e.get("name") in checks for e in (w.get("status") or {}).get("admissionChecks") or []))
     if waiting:
-        lines.append(f"{waiting} Workload(s) still carry {', '.join(sorted(checks))} in their status: "
+        lines.append(f"{waiting} unfinished Workload(s) still carry {', '.join(sorted(checks))} in their status: "
                      "wait until Kueue has removed it")
     return lines
 

@@ -67,11 +67,14 @@ def strategy_of(*checks: str) -> dict[str, Any]:
     return {"admissionChecksStrategy": {"admissionChecks": [{"name": c} for c in checks]}}
 
 
-def test_a_workload_that_still_carries_our_check_is_counted() -> None:
-    workloads = [{"status": {"admissionChecks": [{"name": "dispatch-admission", "state": "Ready"}]}},
+def test_an_unfinished_workload_that_still_carries_our_check_is_counted() -> None:
+    ours = [{"name": "dispatch-admission", "state": "Ready"}]
+    workloads = [{"status": {"admissionChecks": ours}},
+                 {"status": {"admissionChecks": ours, "conditions": [{"type": "Finished", "status": "True"}]}},
+                 {"status": {"admissionChecks": ours, "conditions": [{"type": "Finished", "status": "False"}]}},
                  {"status": {"admissionChecks": [{"name": "other"}]}}, {}]
     assert uninstall_guard.blockers({"dispatch-admission"}, [], workloads) == [
-        "1 Workload(s) still carry dispatch-admission in their status: wait until Kueue has removed it"]
+        "2 unfinished Workload(s) still carry dispatch-admission in their status: wait until Kueue has removed it"]
     assert uninstall_guard.blockers(set(), [{"metadata": {"name": "q"}, "spec": strategy_of("x")}],
                                     workloads) == []
 
