@@ -123,11 +123,11 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "builds both architectures' images and pushes them to a registry, minutes of build; "
         "tests/release/test_multiarch_release.py runs make release",
     (INSTALL, "make release-bases BASES=/srv/dispatch-bases.tar"):
-        "runs as root and builds the image bases (make images); tests/release/test_rootless_release.py "
+        "runs as root and builds the image bases (make images); tests/e2e/test_the_release_built_without_root.py "
         "exports them and builds the release from them as another user",
     (INSTALL, "make release REGISTRY=HOST[:PORT][/PATH] BASES=/srv/dispatch-bases.tar"):
         "builds both architectures' images as a user without root, minutes of build; "
-        "tests/release/test_rootless_release.py runs it",
+        "tests/e2e/test_the_release_built_without_root.py runs it",
     (INSTALL, "toolkit mirror dist/release --to registry.internal:5000/platform --out dist/release-internal \\"):
         "needs the release's images archive and a second registry; tests/release/test_mirror.py mirrors "
         "a release into a registry with TLS and a password",

@@ -9,8 +9,9 @@ from typing import Any
 import kubernetes.client
 
 from devcluster import install, stack as stack_mod
-from devcluster.scenario import KUEUE_API
+from devcluster.scenario import KUEUE_API, Scenario
 from tests import waiting
+from toolkit import names
 
 CHECK = "dispatch-admission"  # the AdmissionCheck controller.yaml ships
 WAIT_SECONDS = 180.0
@@ -37,3 +38,16 @@ def listing_our_check(custom: kubernetes.client.CustomObjectsApi) -> list[str]:
     items = custom.list_cluster_custom_object(*KUEUE_API, "workloads")["items"]
     return [w["metadata"]["name"] for w in items
             if any(e.get("name") == CHECK for e in (w.get("status") or {}).get("admissionChecks") or [])]
+
+
+def admitted_with_a_raised(job: Scenario, runtime: str, job_id: str) -> None:
+    """A TrainJob of JOB's on RUNTIME (converted), through Kueue and our check: its pods carry A = 1,
+    its trainer exits 0, our check is Ready with "A raised to 1", and every identity is as issued."""
+    job.start(runtime, queue="lq", job_id=job_id)
+    pods = job.new_pods()
+    execution = job.run(pods[0], until_exit=True)
+    assert execution.exit_code == 0, execution.log
+    assert {p["metadata"]["annotations"][names.ADMISSION_ANNOTATION] for p in pods} == {"1"}
+    entry = next(e for e in job.workload()["status"]["admissionChecks"] if e["name"] == CHECK)
+    assert (entry["state"], entry["message"]) == ("Ready", "A raised to 1"), entry
+    job.check_identities()

@@ -23,8 +23,7 @@ import pytest
 
 from devcluster import install, local, scenario as flow, stack as stack_mod
 from devcluster.scenario import KUEUE_API, Scenario
-from tests.e2e.installing import CHECK, active, kubectl, listing_our_check, wait
-from toolkit import names
+from tests.e2e.installing import CHECK, active, admitted_with_a_raised, kubectl, listing_our_check, wait
 
 E2E_KUEUE = True  # Trainer, JobSet and Kueue
 E2E_OURS = False  # and nothing of ours: the release is what installs it
@@ -64,14 +63,7 @@ def test_install_run_a_trainjob_and_uninstall_on_a_cluster_with_nothing_of_ours(
         sidecar = converted["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
             "spec"]["initContainers"][0]
         assert sidecar["image"] == installed.release.references["sidecar"] and "@sha256:" in sidecar["image"]
-        job.start("installed", queue="lq", job_id="install.first")
-        pods = job.new_pods()
-        execution = job.run(pods[0], until_exit=True)
-        assert execution.exit_code == 0, execution.log
-        assert {p["metadata"]["annotations"][names.ADMISSION_ANNOTATION] for p in pods} == {"1"}
-        entry = next(e for e in job.workload()["status"]["admissionChecks"] if e["name"] == CHECK)
-        assert (entry["state"], entry["message"]) == ("Ready", "A raised to 1"), entry
-        job.check_identities()
+        admitted_with_a_raised(job, "installed", "install.first")
         assert job.foreign() is None
 
         # Uninstall, in the documented order. 1: our check off the ClusterQueue, until no Workload lists it.

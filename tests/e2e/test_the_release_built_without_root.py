@@ -10,12 +10,22 @@ inside (no ID of the builder leaks into a layer), the registry serves the digest
 and the amd64 images, copied out of the archive into root's storage, run under root's podman as the
 release's images do (each refuses a missing configuration in its one line; the test driver runs as
 65532).
+
+Then what a platform team does with it, on the local cluster with Trainer, JobSet and Kueue and
+nothing of ours: the release directory is carried in; `toolkit mirror` copies its images archive
+into the cluster's registry (TLS and a password, as a private registry is), digests kept, the chart
+with them; `helm install oci://` installs the chart from there, `images.registry` naming that
+registry as the nodes know it; a TrainJob on a runtime converted with the mirrored sidecar runs
+through Kueue and our check with A raised. `helm uninstall` is refused by the chart's uninstall
+guard while the ClusterQueue lists our check, nothing deleted; with the check off the queue it
+leaves no object and no pod of ours, and the ClusterQueue Active.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -26,8 +36,12 @@ from typing import Any
 
 import pytest
 
-from devcluster import local
+import kubernetes.client
+
+from devcluster import install, local, scenario as flow, stack as stack_mod
+from devcluster.scenario import KUEUE_API, Scenario
 from release import bases, contexts, images
+from tests.e2e.installing import CHECK, active, admitted_with_a_raised, wait
 from tests.release import loopback, rootless
 from toolkit import mirror
 
@@ -38,6 +52,9 @@ INDEX = "application/vnd.oci.image.index.v1+json"
 
 # The whole build (four images, two architectures, into the user's vfs storage) runs in the fixture.
 pytestmark = [pytest.mark.images, pytest.mark.cluster, pytest.mark.timeout(3600)]
+E2E_KUEUE = True  # the cluster the release is installed into: Trainer, JobSet and Kueue
+E2E_OURS = False  # and nothing of ours: the chart is what installs it
+TOOLKIT = REPO / ".venv" / "bin" / "toolkit"
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +243,83 @@ def test_an_archive_podman_cannot_load_or_a_missing_base_is_refused_naming_it(tm
     with pytest.raises(bases.BasesError, match=rf"^base {absent}: not in local storage"):
         bases.export(tmp_path / "bases.tar", (absent,))
     assert not (tmp_path / "bases.tar").exists()
+
+
+def helm(home: pathlib.Path, *args: str, ok: bool = True) -> str:
+    """helm with its cache, configuration and data in HOME, never the user's; it must succeed
+    unless not OK."""
+    env = {**os.environ, **{f"HELM_{d}_HOME": str(home / d.lower()) for d in ("CACHE", "CONFIG", "DATA")}}
+    done = subprocess.run([str(local.helm()), *args], capture_output=True, text=True, env=env, timeout=600,
+                          check=False)
+    assert (done.returncode == 0) == ok, f"helm {' '.join(args)}: {done.stdout} {done.stderr}"
+    return done.stdout + done.stderr
+
+
+def test_mirrored_from_its_archive_and_installed_with_its_chart_it_admits_a_trainjob_with_a_raised(
+        built: tuple[subprocess.CompletedProcess[str], pathlib.Path, pathlib.Path], registry: str,
+        stack: stack_mod.Stack, e2e_namespace: str, tmp_path: pathlib.Path) -> None:
+    done, _, out = built
+    assert done.returncode == 0, done.stderr[-4000:]
+    namespace, queue = e2e_namespace, f"cq-{e2e_namespace}"
+    ours = stack.node.registry
+    released = json.loads((out / "release.json").read_text())
+
+    # Mirrored into the cluster's registry, reached from here at its endpoint.
+    to = f"{ours.endpoint}/platform"
+    mirrored = subprocess.run([str(TOOLKIT), "mirror", str(out), "--to", to, "--out", str(tmp_path / "mirrored"),
+                               "--authfile", str(ours.authfile), "--cert-dir", str(ours.cert_dir)],
+                              capture_output=True, text=True, timeout=900, check=False)
+    assert mirrored.returncode == 0, mirrored.stderr
+    chart = json.loads((tmp_path / "mirrored" / "release.json").read_text())["chart"]
+    assert chart.rpartition("@")[2] == released["chart"].rpartition("@")[2]
+
+    with stack.plane.api_client() as api:
+        custom = kubernetes.client.CustomObjectsApi(api)
+        core = kubernetes.client.CoreV1Api(api)
+        flow.kueue_queues(api, suffix=namespace, namespace=namespace, check_controller="example.com/none",
+                          cpu="1500m", check=False)
+        wait("the ClusterQueue to be Active", lambda: active(custom, queue))
+
+        # The chart from the registry; the nodes know that registry by its name.
+        home = tmp_path / "helm"
+        kube = ["--kubeconfig", stack.plane.kubeconfig, "--namespace", "default"]
+        shown = helm(home, "install", "dispatch-k8s", f"oci://{to}/dispatch/charts/dispatch-k8s", "--version", VERSION,
+                     "--registry-config", str(ours.authfile), "--ca-file", str(ours.ca_file), *kube,
+                     "--set", f"images.registry={ours.name}/platform", "--set", f"sidecar.namespaces={{{namespace}}}")
+        assert f"Digest: {chart.rpartition('@')[2]}" in shown and "STATUS: deployed" in shown, shown
+        assert install.wait_leading(stack).startswith("dispatch-controller-")
+        sidecar, controller = (released["images"][name].replace(registry, f"{ours.name}/platform")
+                               for name in ("sidecar", "controller"))
+        assert sidecar in shown, shown  # the notes name the mirrored sidecar for `toolkit render runtime`
+        running = core.list_namespaced_pod("dispatch-system",
+                                           label_selector="app.kubernetes.io/name=dispatch-controller")
+        assert {c.image for p in running.items for c in p.spec.containers} == {controller}
+
+        # A TrainJob through Kueue and our check, on a runtime converted with the mirrored sidecar.
+        custom.patch_cluster_custom_object(*KUEUE_API, "clusterqueues", queue, {
+            "spec": {"admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}]}}})
+        wait("the ClusterQueue with our check to be Active", lambda: active(custom, queue))
+        stack.sidecar_image = sidecar
+        job = Scenario(stack, api, namespace, service_account=False)
+        job.create_runtime(flow.runtime("rootless", cpu="800m"))
+        admitted_with_a_raised(job, "rootless", "rootless.first")
+
+        # Uninstalled while the ClusterQueue still lists our check: the chart's guard refuses, and
+        # nothing is deleted.
+        refused = helm(home, "uninstall", "dispatch-k8s", *kube, "--wait", "--timeout", "180s", ok=False)
+        assert "Job/dispatch-system/dispatch-uninstall-guard" in refused and "Failed" in refused, refused
+        (guard,) = core.list_namespaced_pod("dispatch-system", label_selector="job-name=dispatch-uninstall-guard").items
+        lines = core.read_namespaced_pod_log(guard.metadata.name, "dispatch-system")
+        assert f"uninstall guard: ClusterQueue {queue} lists {CHECK}: remove it from the queue first" in lines, lines
+        assert install.wait_leading(stack).startswith("dispatch-controller-")
+        assert active(custom, queue)
+
+        # Then as docs/install.md says: our check off the ClusterQueue first, then the chart.
+        custom.patch_cluster_custom_object(*KUEUE_API, "clusterqueues", queue, {
+            "spec": {"admissionChecksStrategy": None}})
+        helm(home, "uninstall", "dispatch-k8s", *kube, "--wait", "--timeout", "180s")
+        wait("no pod of ours", lambda: not core.list_pod_for_all_namespaces(
+            label_selector="app.kubernetes.io/part-of=dispatch-k8s").items)
+        assert not [c for c in custom.list_cluster_custom_object(*KUEUE_API, "admissionchecks")["items"]
+                    if c["metadata"]["name"] == CHECK]
+        wait("the ClusterQueue to be Active without our check", lambda: active(custom, queue))
