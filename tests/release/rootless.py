@@ -7,10 +7,11 @@ file, rather than build with one ID. The user's podman runs with the project's c
 its own storage and runtime directory under its home, never root's.
 
 Its Python is Debian's python3 of the same minor version as this virtualenv's, in a virtualenv of
-the user's own that adds this virtualenv's site-packages (a `.pth` line): the interpreter this
-virtualenv was made from need not be readable by other users, and nothing is installed twice. The
-modules of the checkout a command runs in come first (`python -m` puts the working directory
-first; the editable installs' finders come after it).
+the user's own that adds a copy of this virtualenv's third-party site-packages (a `.pth` line):
+neither the interpreter this virtualenv was made from nor the virtualenv itself need be readable by
+other users (a clone in a private temporary directory is not), and nothing is installed again. The
+modules of the checkout a command runs in are the ones it imports (`python -m` puts the working
+directory first; the editable installs' finders are not copied).
 
 `end()` stops every process left running as the user (rootless podman keeps a pause process that
 holds its user namespace; its pid file names it), by pid, then removes the account and its home.
@@ -94,10 +95,16 @@ def make(parent: pathlib.Path) -> User:
                                  f"{sys.version_info[:2]}: the user's virtualenv borrows its site-packages")
         made = user.run(str(SYSTEM_PYTHON), "-m", "venv", "--without-pip", str(home / "venv"))
         assert made.returncode == 0, made.stderr
-        site = sysconfig.get_paths()["purelib"]
+        # A copy of this virtualenv's third-party packages: the virtualenv itself may sit under a
+        # directory other users cannot enter (a clone in a private temporary directory). Our own
+        # packages come from the clone the user works in, not from their editable installs here.
+        site = home / "site"
+        shutil.copytree(sysconfig.get_paths()["purelib"], site, symlinks=True,
+                        ignore=shutil.ignore_patterns("__editable__*", "__pycache__"))
         (home / "venv" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages" /
-         "dispatch-dev.pth").write_text(f"import site; site.addsitedir({site!r})\n")
+         "dispatch-dev.pth").write_text(f"import site; site.addsitedir({str(site)!r})\n")
         user.give(home / "venv")
+        user.give(site)
     except BaseException:
         end(user)
         raise
