@@ -49,7 +49,7 @@ class User:
     def env(self, **extra: str) -> dict[str, str]:
         return {"HOME": str(self.home), "USER": self.name, "PATH": "/usr/bin:/bin",
                 "XDG_RUNTIME_DIR": str(self.home / "run"),
-                "CONTAINERS_CONF": str(contexts.REPO / "scripts" / "containers.conf"), **extra}
+                "CONTAINERS_CONF": str(self.home / "containers.conf"), **extra}
 
     def run(self, *argv: str, cwd: pathlib.Path | None = None, timeout: float = 120,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -86,6 +86,8 @@ def make(parent: pathlib.Path) -> User:
     try:
         _subordinate(name)
         (home / "run").mkdir(mode=0o700)
+        # The project's containers.conf, where the user can read it (this checkout may be where it cannot).
+        shutil.copy(contexts.REPO / "scripts" / "containers.conf", home / "containers.conf")
         user.give(home)
         if not SYSTEM_PYTHON.exists():
             raise AssertionError(f"{SYSTEM_PYTHON}: missing (make deps installs Debian's python3 and python3-venv)")
