@@ -8,7 +8,7 @@ from typing import Any
 
 import kubernetes.client
 
-from devcluster import install, stack as stack_mod
+from devcluster import install, scenario as flow, stack as stack_mod
 from devcluster.scenario import KUEUE_API, Scenario
 from tests import waiting
 from toolkit import names
@@ -51,3 +51,13 @@ def admitted_with_a_raised(job: Scenario, runtime: str, job_id: str) -> None:
     entry = next(e for e in job.workload()["status"]["admissionChecks"] if e["name"] == CHECK)
     assert (entry["state"], entry["message"]) == ("Ready", "A raised to 1"), entry
     job.check_identities()
+
+
+def queue_without_our_check(api: Any, namespace: str) -> str:
+    """The cluster before us: a ClusterQueue (and its LocalQueue in NAMESPACE) that admits without any
+    check of ours, Active; its name."""
+    flow.kueue_queues(api, suffix=namespace, namespace=namespace, check_controller="example.com/none",
+                      cpu="1500m", check=False)
+    queue = f"cq-{namespace}"
+    wait("the ClusterQueue to be Active", lambda: active(kubernetes.client.CustomObjectsApi(api), queue))
+    return queue

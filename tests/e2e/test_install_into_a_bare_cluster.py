@@ -23,7 +23,8 @@ import pytest
 
 from devcluster import install, local, scenario as flow, stack as stack_mod
 from devcluster.scenario import KUEUE_API, Scenario
-from tests.e2e.installing import CHECK, active, admitted_with_a_raised, kubectl, listing_our_check, wait
+from tests.e2e.installing import (CHECK, active, admitted_with_a_raised, kubectl, listing_our_check,
+                                  queue_without_our_check, wait)
 
 E2E_KUEUE = True  # Trainer, JobSet and Kueue
 E2E_OURS = False  # and nothing of ours: the release is what installs it
@@ -41,9 +42,7 @@ def test_install_run_a_trainjob_and_uninstall_on_a_cluster_with_nothing_of_ours(
         custom = kubernetes.client.CustomObjectsApi(api)
         core = kubernetes.client.CoreV1Api(api)
         # The cluster before: a ClusterQueue that admits without any check of ours.
-        flow.kueue_queues(api, suffix=namespace, namespace=namespace, check_controller="example.com/none",
-                          cpu="1500m", check=False)
-        wait("the ClusterQueue to be Active", lambda: active(custom, queue))
+        assert queue_without_our_check(api, namespace) == queue
 
         # Install.
         installed = install.install(stack, install.prepare(tmp_path / "release"), out_dir=tmp_path / "release")
